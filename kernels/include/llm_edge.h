@@ -1,0 +1,115 @@
+/*
+ * llm_edge.h — the whole ABI between the TypeScript engine and the native
+ * kernels. Everything TypeScript may call is declared here; ffi/symbols.ts
+ * mirrors it one to one. All pointers, sizes and offsets arrive validated by
+ * TypeScript (see lib/backend/cpu.ts), so the C side trusts its arguments.
+ *
+ * Tensors follow ggml's conventions: ne[0] is the innermost (contiguous)
+ * dimension, nb[i] is the byte stride of dimension i, types are ggml type ids.
+ */
+#ifndef LLM_EDGE_H
+#define LLM_EDGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LE_ABI_VERSION 1
+
+/* ---- ops -------------------------------------------------------------- */
+/* Semantics are ggml's (see lib/graph/ops.ts for the TypeScript side). */
+enum le_op {
+  LE_OP_NONE = 0,
+  LE_OP_GET_ROWS = 1,  /* dst[:, i] = dequant(src0[:, src1[i]]); src1 I32 */
+  LE_OP_RMS_NORM = 2,  /* params f32[0] = eps */
+  LE_OP_MUL = 3,       /* src1 broadcast over src0 (ne1[i] divides ne0[i]) */
+  LE_OP_ADD = 4,       /* same broadcast */
+  LE_OP_MUL_MAT = 5,   /* dst[M,N,..] = src0[K,M,..]^T * src1[K,N,..] */
+  LE_OP_ROPE = 6,      /* src1 = I32 positions; params below */
+  LE_OP_SOFT_MAX = 7,  /* src1 = optional mask (F32/F16); params f32 scale, max_bias */
+  LE_OP_SILU = 8,
+  LE_OP_SWIGLU = 9,    /* silu(src0) * src1 */
+  LE_OP_CPY = 10,      /* dst = convert(src0), both may be strided views */
+  LE_OP_SCALE = 11,    /* params f32[0] = s */
+  LE_OP_NORM = 12,     /* layer norm without affine; params f32[0] = eps */
+  LE_OP_GELU = 13,
+  LE_OP_SSM_CONV = 14, /* reserved for Mamba */
+  LE_OP_SSM_SCAN = 15, /* reserved for Mamba */
+  LE_OP_COUNT
+};
+
+/* ROPE params (int32 slots; f32 values stored as their bit patterns):
+ *   [0] n_dims  [1] mode (0 normal, 2 neox)  [2] n_ctx_orig
+ *   [3] f32 freq_base  [4] f32 freq_scale  [5] f32 ext_factor
+ *   [6] f32 attn_factor  [7] f32 beta_fast  [8] f32 beta_slow        */
+
+#define LE_MAX_DIMS 4
+#define LE_MAX_SRC 3
+#define LE_MAX_PARAMS 16
+
+/* One tensor as the kernels see it: 80 bytes, little-endian. */
+typedef struct le_tensor {
+  int32_t type;   /* ggml type id */
+  int32_t flags;  /* reserved, 0 */
+  int64_t ne[LE_MAX_DIMS];
+  int64_t nb[LE_MAX_DIMS];
+  uint64_t data;  /* address of element [0,0,0,0] */
+} le_tensor;
+
+/* One node of the command buffer: 392 bytes. The buffer TypeScript hands to
+ * le_graph_compute is an array of these, executed in order with a barrier
+ * between nodes. */
+typedef struct le_node {
+  int32_t op;     /* enum le_op */
+  int32_t n_src;
+  le_tensor dst;
+  le_tensor src[LE_MAX_SRC];
+  int32_t params[LE_MAX_PARAMS];
+} le_node;
+
+/* ---- library ---------------------------------------------------------- */
+int32_t le_abi_version(void);
+/* Bit set of what this CPU supports: 1 AVX2+FMA+F16C, 2 AVX-512F/BW/VL, 4 NEON. */
+int32_t le_cpu_features(void);
+/* Force a SIMD level for tests: 0 scalar, 1 AVX2, 2 AVX-512, 3 NEON, -1 best.
+ * Returns the level actually in effect. */
+int32_t le_set_simd_level(int32_t level);
+/* Message of the last failure on this thread (static storage). */
+const char *le_last_error(void);
+
+/* ---- memory ------------------------------------------------------------ */
+void *le_alloc(uint64_t size, uint64_t align); /* zero-filled; NULL on failure */
+void le_free(void *p);
+
+/* Read-only private mapping of a whole file. Returns the base address (NULL
+ * on failure, see le_last_error) and writes the mapped length to *size. */
+void *le_mmap_file(const char *path, uint64_t *size);
+void le_munmap(void *base, uint64_t size);
+
+/* ---- compute ----------------------------------------------------------- */
+typedef struct le_ctx le_ctx;
+/* A context owns the persistent thread pool and the scratch area used to
+ * quantize activations; n_threads >= 1. */
+le_ctx *le_ctx_new(int32_t n_threads);
+void le_ctx_free(le_ctx *ctx);
+int32_t le_ctx_threads(const le_ctx *ctx);
+/* Run n_nodes nodes of a command buffer. Returns 0, or a negative code with
+ * le_last_error() set. Safe to call from a worker thread (Deno nonblocking). */
+int32_t le_graph_compute(le_ctx *ctx, const le_node *nodes, int32_t n_nodes);
+
+/* ---- row helpers (tests, quantize tool, reference checks) --------------- */
+/* Dequantize n elements (a multiple of the type's block size) to f32. */
+int32_t le_dequantize_row(int32_t type, const void *src, float *dst, int64_t n);
+/* Quantize n f32 elements with llama.cpp's reference quantizer of `type`. */
+int32_t le_quantize_row(int32_t type, const float *src, void *dst, int64_t n);
+/* Dot product of a `type` row with an f32 row the way mul_mat does it
+ * (activations converted to the type's vec_dot type first). */
+int32_t le_vec_dot(int32_t type, int64_t n, const void *x, const float *y, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
