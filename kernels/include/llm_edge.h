@@ -17,6 +17,12 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility; everything declared here is
+ * the exported surface. */
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility push(default)
+#endif
+
 #define LE_ABI_VERSION 1
 
 /* ---- ops -------------------------------------------------------------- */
@@ -28,12 +34,12 @@ enum le_op {
   LE_OP_MUL = 3,       /* src1 broadcast over src0 (ne1[i] divides ne0[i]) */
   LE_OP_ADD = 4,       /* same broadcast */
   LE_OP_MUL_MAT = 5,   /* dst[M,N,..] = src0[K,M,..]^T * src1[K,N,..] */
-  LE_OP_ROPE = 6,      /* src1 = I32 positions; params below */
+  LE_OP_ROPE = 6,      /* src1 = I32 positions, optional src2 F32 freq factors */
   LE_OP_SOFT_MAX = 7,  /* src1 = optional mask (F32/F16); params f32 scale, max_bias */
   LE_OP_SILU = 8,
   LE_OP_SWIGLU = 9,    /* silu(src0) * src1 */
   LE_OP_CPY = 10,      /* dst = convert(src0), both may be strided views */
-  LE_OP_SCALE = 11,    /* params f32[0] = s */
+  LE_OP_SCALE = 11,    /* params f32[0] = s, f32[1] = bias (dst = x*s + b) */
   LE_OP_NORM = 12,     /* layer norm without affine; params f32[0] = eps */
   LE_OP_GELU = 13,
   LE_OP_SSM_CONV = 14, /* reserved for Mamba */
@@ -99,6 +105,10 @@ int32_t le_ctx_threads(const le_ctx *ctx);
 /* Run n_nodes nodes of a command buffer. Returns 0, or a negative code with
  * le_last_error() set. Safe to call from a worker thread (Deno nonblocking). */
 int32_t le_graph_compute(le_ctx *ctx, const le_node *nodes, int32_t n_nodes);
+/* Message of the last failed le_graph_compute on ctx ("" after a success).
+ * le_last_error is thread-local, and a nonblocking FFI call runs on another
+ * thread than the one that reads the error, so the context keeps a copy. */
+const char *le_ctx_error(const le_ctx *ctx);
 
 /* ---- row helpers (tests, quantize tool, reference checks) --------------- */
 /* Dequantize n elements (a multiple of the type's block size) to f32. */
@@ -108,6 +118,10 @@ int32_t le_quantize_row(int32_t type, const float *src, void *dst, int64_t n);
 /* Dot product of a `type` row with an f32 row the way mul_mat does it
  * (activations converted to the type's vec_dot type first). */
 int32_t le_vec_dot(int32_t type, int64_t n, const void *x, const float *y, float *out);
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

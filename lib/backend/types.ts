@@ -6,6 +6,8 @@
  */
 import type { Op } from "../graph/ops.ts";
 
+export type { Op };
+
 /** Four dimensions, ggml order (index 0 innermost). */
 export type Dims = [number, number, number, number];
 
@@ -23,7 +25,9 @@ export interface BackendBuffer {
 
 /** Where a tensor's element [0,0,0,0] lives. */
 export interface BufferRef {
+  /** The buffer holding the tensor. */
   readonly buffer: BackendBuffer;
+  /** Byte offset of element [0,0,0,0] inside it. */
   readonly offset: number;
 }
 
@@ -31,16 +35,21 @@ export interface BufferRef {
 export interface ResolvedTensor {
   /** ggml type id. */
   readonly type: number;
+  /** Elements per dimension. */
   readonly ne: Dims;
   /** Byte strides. */
   readonly nb: Dims;
+  /** Where element [0,0,0,0] lives. */
   readonly data: BufferRef;
 }
 
 /** One op to execute: dst = op(src...). */
 export interface ExecNode {
+  /** The op code. */
   readonly op: Op;
+  /** Output tensor. */
   readonly dst: ResolvedTensor;
+  /** Inputs (src0, src1, optional src2). */
   readonly src: readonly ResolvedTensor[];
   /** MAX_PARAMS int32 slots (floats as bit patterns, see ops.ts). */
   readonly params: Int32Array;
@@ -50,8 +59,11 @@ export interface ExecNode {
 
 /** What a backend is asked about an op before the scheduler gives it one. */
 export interface OpQuery {
+  /** The op code. */
   readonly op: Op;
+  /** ggml type of the output. */
   readonly dstType: number;
+  /** ggml types of the inputs. */
   readonly srcTypes: readonly number[];
 }
 

@@ -126,7 +126,9 @@ export function rowBytes(id: number, n: number): number {
   const t = BY_ID.get(id);
   if (!t) throw new RangeError(`unknown ggml type ${id}`);
   if (n % t.blockSize !== 0) {
-    throw new RangeError(`row of ${n} elements is not a multiple of ${t.name} block size ${t.blockSize}`);
+    throw new RangeError(
+      `row of ${n} elements is not a multiple of ${t.name} block size ${t.blockSize}`,
+    );
   }
   return (n / t.blockSize) * t.typeSize;
 }

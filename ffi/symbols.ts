@@ -1,0 +1,64 @@
+/**
+ * The `Deno.dlopen` symbol table of build/libllm_edge.so, one entry per
+ * function of kernels/include/llm_edge.h.
+ *
+ * @module
+ */
+
+/** Symbol definitions mirroring kernels/include/llm_edge.h. */
+export const SYMBOLS = {
+  le_abi_version: { parameters: [], result: "i32" },
+  le_cpu_features: { parameters: [], result: "i32" },
+  le_set_simd_level: { parameters: ["i32"], result: "i32" },
+  le_last_error: { parameters: [], result: "pointer" },
+  le_alloc: { parameters: ["u64", "u64"], result: "pointer" },
+  le_free: { parameters: ["pointer"], result: "void" },
+  le_mmap_file: { parameters: ["buffer", "buffer"], result: "pointer" },
+  le_munmap: { parameters: ["pointer", "u64"], result: "void" },
+  le_ctx_new: { parameters: ["i32"], result: "pointer" },
+  le_ctx_free: { parameters: ["pointer"], result: "void" },
+  le_ctx_threads: { parameters: ["pointer"], result: "i32" },
+  /** Runs on a Deno worker thread so the event loop stays free. */
+  le_graph_compute: {
+    parameters: ["pointer", "pointer", "i32"],
+    result: "i32",
+    nonblocking: true,
+  },
+  /** The same function called synchronously, for tiny graphs and tests. */
+  le_ctx_error: { parameters: ["pointer"], result: "pointer" },
+  le_graph_compute_sync: {
+    name: "le_graph_compute",
+    parameters: ["pointer", "pointer", "i32"],
+    result: "i32",
+  },
+  le_dequantize_row: { parameters: ["i32", "buffer", "buffer", "i64"], result: "i32" },
+  le_quantize_row: { parameters: ["i32", "buffer", "buffer", "i64"], result: "i32" },
+  le_vec_dot: { parameters: ["i32", "i64", "buffer", "buffer", "buffer"], result: "i32" },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+/** The opened library's callable symbols. */
+export type LlmEdgeSymbols = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
+
+/** ABI version this TypeScript expects (`LE_ABI_VERSION`). */
+export const ABI_VERSION = 1;
+
+/** Bytes of one `le_tensor`. */
+export const TENSOR_BYTES = 80;
+/** Bytes of one `le_node`. */
+export const NODE_BYTES = 392;
+/** Byte offsets inside `le_node` / `le_tensor`. */
+export const NodeLayout = {
+  OP: 0,
+  N_SRC: 4,
+  DST: 8,
+  SRC: 88,
+  PARAMS: 328,
+  T_TYPE: 0,
+  T_FLAGS: 4,
+  T_NE: 8,
+  T_NB: 40,
+  T_DATA: 72,
+} as const;
+
+/** SIMD levels accepted by `le_set_simd_level`. */
+export const SimdLevel = { BEST: -1, SCALAR: 0, AVX2: 1, AVX512: 2, NEON: 3 } as const;

@@ -1,0 +1,147 @@
+/* Library-level services: version, CPU feature detection and SIMD level,
+ * thread-local error text, aligned allocation and read-only file mapping. */
+#define _GNU_SOURCE
+#include "le_internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdatomic.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(LE_X86)
+#include <cpuid.h>
+#endif
+
+static _Thread_local char le_err[512];
+
+void le_set_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(le_err, sizeof le_err, fmt, ap);
+  va_end(ap);
+}
+
+const char *le_last_error(void) { return le_err; }
+
+int32_t le_abi_version(void) { return LE_ABI_VERSION; }
+
+#if defined(LE_X86)
+static uint64_t le_xgetbv(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+int32_t le_cpu_features(void) {
+  int32_t f = 0;
+#if defined(LE_X86)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), f16c = c & (1u << 29);
+  if (!osxsave) return 0;
+  const uint64_t xcr0 = le_xgetbv();
+  const bool ymm = (xcr0 & 6) == 6, zmm = (xcr0 & 0xe6) == 0xe6;
+  if (__get_cpuid_max(0, NULL) < 7) return 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx2 = b & (1u << 5);
+  const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
+  if (ymm && avx2 && fma && f16c) f |= 1;
+  if ((f & 1) && zmm && avx512f && avx512bw && avx512vl) f |= 2;
+#elif defined(LE_NEON)
+  f |= 4;
+#endif
+  return f;
+}
+
+static atomic_int le_level = -1;
+
+static int le_best_level(void) {
+  const int32_t f = le_cpu_features();
+  if (f & 2) return LE_SIMD_AVX512;
+  if (f & 1) return LE_SIMD_AVX2;
+  if (f & 4) return LE_SIMD_NEON;
+  return LE_SIMD_SCALAR;
+}
+
+int le_simd(void) {
+  int l = atomic_load_explicit(&le_level, memory_order_relaxed);
+  if (l < 0) {
+    l = le_best_level();
+    atomic_store(&le_level, l);
+  }
+  return l;
+}
+
+int32_t le_set_simd_level(int32_t level) {
+  const int best = le_best_level();
+  int l = level;
+  if (l < 0) l = best;
+  /* a level the CPU lacks degrades to the best one below it */
+  const int32_t f = le_cpu_features();
+  if (l == LE_SIMD_AVX512 && !(f & 2)) l = LE_SIMD_AVX2;
+  if (l == LE_SIMD_AVX2 && !(f & 1)) l = LE_SIMD_SCALAR;
+  if (l == LE_SIMD_NEON && !(f & 4)) l = LE_SIMD_SCALAR;
+  if (l >= LE_SIMD_COUNT) l = best;
+  atomic_store(&le_level, l);
+  return l;
+}
+
+void *le_alloc(uint64_t size, uint64_t align) {
+  if (align < 64) align = 64;
+  if (align & (align - 1)) {
+    le_set_error("le_alloc: alignment %llu is not a power of two", (unsigned long long)align);
+    return NULL;
+  }
+  if (size == 0) size = 1;
+  void *p = NULL;
+  if (posix_memalign(&p, (size_t)align, (size_t)size) != 0) {
+    le_set_error("le_alloc: out of memory allocating %llu bytes", (unsigned long long)size);
+    return NULL;
+  }
+  memset(p, 0, (size_t)size);
+  return p;
+}
+
+void le_free(void *p) { free(p); }
+
+void *le_mmap_file(const char *path, uint64_t *size) {
+  if (size) *size = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    le_set_error("le_mmap_file: cannot open %s: %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    le_set_error("le_mmap_file: %s is not a regular file", path);
+    close(fd);
+    return NULL;
+  }
+  if (st.st_size == 0) {
+    le_set_error("le_mmap_file: %s is empty", path);
+    close(fd);
+    return NULL;
+  }
+  void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    le_set_error("le_mmap_file: mmap of %s failed: %s", path, strerror(err));
+    return NULL;
+  }
+#ifdef POSIX_MADV_WILLNEED
+  posix_madvise(p, (size_t)st.st_size, POSIX_MADV_WILLNEED);
+#endif
+  if (size) *size = (uint64_t)st.st_size;
+  return p;
+}
+
+void le_munmap(void *base, uint64_t size) {
+  if (base && size) munmap(base, (size_t)size);
+}

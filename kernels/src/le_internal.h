@@ -1,0 +1,143 @@
+/*
+ * Internal declarations shared by the kernel sources. Not part of the ABI:
+ * TypeScript only sees kernels/include/llm_edge.h.
+ */
+#ifndef LE_INTERNAL_H
+#define LE_INTERNAL_H
+
+#include "../include/llm_edge.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* ggml type ids this library computes on. */
+enum {
+  LE_TYPE_F32 = 0,
+  LE_TYPE_F16 = 1,
+  LE_TYPE_Q4_0 = 2,
+  LE_TYPE_Q8_0 = 8,
+  LE_TYPE_I32 = 26,
+  LE_TYPE_BF16 = 30,
+  LE_TYPE_MAX_ID = 64,
+};
+
+/* SIMD levels, the same numbers le_set_simd_level takes. */
+enum { LE_SIMD_SCALAR = 0, LE_SIMD_AVX2 = 1, LE_SIMD_AVX512 = 2, LE_SIMD_NEON = 3, LE_SIMD_COUNT };
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define LE_X86 1
+#include <immintrin.h>
+#define LE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define LE_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define LE_NEON 1
+#include <arm_neon.h>
+#endif
+
+#define LE_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LE_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* dot of n elements of x (this type) with y (the type's vec_dot_type) */
+typedef void (*le_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+typedef void (*le_to_float_fn)(const void *x, float *y, int64_t n);
+typedef void (*le_from_float_fn)(const float *x, void *y, int64_t n);
+
+/* Everything the generic code needs to know about one tensor type; each
+ * q_<type>.c file defines exactly one of these. */
+typedef struct le_type_traits {
+  int32_t type;
+  const char *name;
+  int64_t blck;      /* elements per block */
+  size_t size;       /* bytes per block */
+  le_to_float_fn to_float;
+  le_from_float_fn from_float_ref; /* llama.cpp's reference quantizer */
+  /* How mul_mat converts f32 activations into this type when it is some
+   * weight's vec_dot_type (ggml's CPU from_float, which may differ from the
+   * reference quantizer, e.g. round-half-even for q8_0). */
+  le_from_float_fn from_float_act;
+  int32_t vec_dot_type;
+  le_vec_dot_fn vec_dot[LE_SIMD_COUNT]; /* NULL entries fall back to scalar */
+} le_type_traits;
+
+extern const le_type_traits le_traits_f32, le_traits_f16, le_traits_bf16, le_traits_q8_0,
+    le_traits_q4_0;
+
+const le_type_traits *le_traits(int32_t type);
+le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
+static inline size_t le_row_size(const le_type_traits *t, int64_t n) {
+  return (size_t)(n / t->blck) * t->size;
+}
+
+/* ---- simd level ---- */
+int le_simd(void); /* level in effect */
+
+/* ---- errors ---- */
+void le_set_error(const char *fmt, ...);
+
+/* ---- fp16 / bf16 (bit-exact with ggml: round to nearest even) ---- */
+static inline uint32_t le_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float le_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline float le_fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  if (exp == 0x1f) return le_bits_f32(sign | 0x7f800000 | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return le_bits_f32(sign);
+    /* subnormal: value = man * 2^-24 is exact in f32 */
+    float v = (float)man * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return le_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+static inline uint16_t le_fp32_to_fp16(float f) {
+  const uint32_t w = le_f32_bits(f);
+  const uint16_t sign = (uint16_t)((w >> 16) & 0x8000);
+  const uint32_t a = w & 0x7fffffff;
+  if (a > 0x7f800000) return sign | 0x7e00;          /* NaN */
+  if (a >= 0x477ff000) return sign | 0x7c00;         /* rounds to >= 65520 → inf */
+  if (a < 0x38800000) {                              /* below 2^-14: subnormal half */
+    /* the half ulp here is 2^-24; f32 arithmetic with a magic add rounds RNE */
+    float v = le_bits_f32(a) + 0.5f;                 /* 0.5 = 2^-1, ulp 2^-24 */
+    return sign | (uint16_t)(le_f32_bits(v) - le_f32_bits(0.5f));
+  }
+  uint32_t r = a + 0x0fff + ((a >> 13) & 1);         /* round mantissa to 10 bits, RNE */
+  return sign | (uint16_t)((r - 0x38000000) >> 13);
+}
+
+static inline float le_bf16_to_fp32(uint16_t h) { return le_bits_f32((uint32_t)h << 16); }
+static inline uint16_t le_fp32_to_bf16(float f) {
+  uint32_t u = le_f32_bits(f);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 64);
+  return (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+/* row conversions dispatched on SIMD level */
+void le_fp16_to_fp32_row(const uint16_t *x, float *y, int64_t n);
+void le_fp32_to_fp16_row(const float *x, uint16_t *y, int64_t n);
+
+/* ---- compute ---- */
+typedef struct le_compute_params {
+  int ith, nth;
+  le_ctx *ctx;
+  void *wdata;      /* shared scratch (size from le_node_wsize) */
+  size_t wsize;
+} le_compute_params;
+
+void le_barrier(le_ctx *ctx);
+/* Record a data-dependent failure seen by any thread (first one wins). */
+void le_ctx_fail(le_ctx *ctx, const char *msg);
+
+/* per-op entry points (ops.c / mul_mat.c) */
+size_t le_node_wsize(const le_node *node, int n_threads);
+int le_node_check(const le_node *node); /* 0 or -1 with error set */
+void le_node_compute(const le_node *node, const le_compute_params *p);
+void le_mul_mat(const le_node *node, const le_compute_params *p);
+int le_mul_mat_check(const le_node *node);
+size_t le_mul_mat_wsize(const le_node *node);
+
+#endif

@@ -1,0 +1,98 @@
+/* MUL_MAT: dst[i01, i11, i12, i13] = dot(src0 row i01 of matrix (i12/r2, i13/r3),
+ * src1 row (i11, i12, i13)), with ggml's conversion of src1 to the weight
+ * type's vec_dot_type first (f16 rounding, q8_0 quantization).
+ *
+ * Phase 1 converts src1 rows into the context scratch, split across threads;
+ * after a barrier, phase 2 hands each thread a contiguous range of
+ * (matrix, 16-row block) units and walks its columns in blocks so a block of
+ * weight rows stays in cache while several activation columns pass over it.
+ * Each output element is one vec_dot call, so results do not depend on the
+ * thread count or the blocking. */
+#include "le_internal.h"
+
+#define BLK_ROWS 16
+#define BLK_COLS 8
+
+static int src1_direct(const le_node *n, const le_type_traits *vt) {
+  return vt->type == LE_TYPE_F32 && n->src[1].nb[0] == 4;
+}
+
+int le_mul_mat_check(const le_node *n) {
+  const le_tensor *a = &n->src[0], *b = &n->src[1], *d = &n->dst;
+  const le_type_traits *t = le_traits(a->type);
+  if (n->n_src < 2 || !t) {
+    le_set_error("mul_mat: unsupported src0 type %d", a->type);
+    return -1;
+  }
+  if (!le_traits(t->vec_dot_type) || !le_traits(t->vec_dot_type)->from_float_act) {
+    le_set_error("mul_mat: src0 type %s has no activation converter", t->name);
+    return -1;
+  }
+  if (b->type != LE_TYPE_F32 || b->nb[0] != 4 || d->type != LE_TYPE_F32 || d->nb[0] != 4) {
+    le_set_error("mul_mat: src1 and dst must be F32 with contiguous rows");
+    return -1;
+  }
+  if ((size_t)a->nb[0] != t->size || a->ne[0] % t->blck) {
+    le_set_error("mul_mat: src0 rows must be contiguous whole %s blocks", t->name);
+    return -1;
+  }
+  if (a->ne[0] != b->ne[0] || d->ne[0] != a->ne[1] || d->ne[1] != b->ne[1] ||
+      d->ne[2] != b->ne[2] || d->ne[3] != b->ne[3] || a->ne[2] == 0 || a->ne[3] == 0 ||
+      b->ne[2] % a->ne[2] || b->ne[3] % a->ne[3]) {
+    le_set_error("mul_mat: shapes disagree");
+    return -1;
+  }
+  return 0;
+}
+
+size_t le_mul_mat_wsize(const le_node *n) {
+  const le_type_traits *vt = le_traits(le_traits(n->src[0].type)->vec_dot_type);
+  if (src1_direct(n, vt)) return 0;
+  const le_tensor *b = &n->src[1];
+  return le_row_size(vt, b->ne[0]) * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]) + 64;
+}
+
+void le_mul_mat(const le_node *n, const le_compute_params *p) {
+  const le_tensor *a = &n->src[0], *b = &n->src[1], *d = &n->dst;
+  const le_type_traits *t = le_traits(a->type);
+  const le_type_traits *vt = le_traits(t->vec_dot_type);
+  const le_vec_dot_fn dot = le_get_vec_dot(t);
+  const int64_t K = a->ne[0], M = a->ne[1];
+  const int64_t ne11 = b->ne[1], ne12 = b->ne[2], ne13 = b->ne[3];
+  const int64_t r2 = ne12 / a->ne[2], r3 = ne13 / a->ne[3];
+  const int direct = src1_direct(n, vt);
+  const size_t vrow = le_row_size(vt, K);
+
+  if (!direct) {
+    const int64_t nr = ne11 * ne12 * ne13;
+    const int64_t dr = (nr + p->nth - 1) / p->nth;
+    const int64_t r0 = LE_MIN(dr * p->ith, nr), r1 = LE_MIN(r0 + dr, nr);
+    for (int64_t r = r0; r < r1; r++) {
+      const int64_t i13 = r / (ne12 * ne11), i12 = (r / ne11) % ne12, i11 = r % ne11;
+      const float *src = (const float *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] +
+                                         i12 * b->nb[2] + i13 * b->nb[3]);
+      vt->from_float_act(src, (char *)p->wdata + (size_t)r * vrow, K);
+    }
+    le_barrier(p->ctx);
+  }
+
+  const int64_t nrb = (M + BLK_ROWS - 1) / BLK_ROWS;
+  const int64_t units = nrb * ne12 * ne13;
+  const int64_t u0 = units * p->ith / p->nth, u1 = units * (p->ith + 1) / p->nth;
+  for (int64_t u = u0; u < u1; u++) {
+    const int64_t plane = u / nrb, rb = u % nrb;
+    const int64_t i12 = plane % ne12, i13 = plane / ne12;
+    const char *arow = (const char *)(uintptr_t)a->data + (i12 / r2) * a->nb[2] + (i13 / r3) * a->nb[3];
+    const int64_t ir0 = rb * BLK_ROWS, ir1 = LE_MIN(ir0 + BLK_ROWS, M);
+    for (int64_t jc = 0; jc < ne11; jc += BLK_COLS) {
+      const int64_t jc1 = LE_MIN(jc + BLK_COLS, ne11);
+      for (int64_t i11 = jc; i11 < jc1; i11++) {
+        const void *y = direct
+            ? (const void *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] + i12 * b->nb[2] + i13 * b->nb[3])
+            : (const void *)((const char *)p->wdata + (size_t)((i13 * ne12 + i12) * ne11 + i11) * vrow);
+        float *out = (float *)((char *)(uintptr_t)d->data + i11 * d->nb[1] + i12 * d->nb[2] + i13 * d->nb[3]);
+        for (int64_t i01 = ir0; i01 < ir1; i01++) dot(K, &out[i01], arow + i01 * a->nb[1], y);
+      }
+    }
+  }
+}

@@ -1,0 +1,439 @@
+/* Row-wise ops with ggml's semantics (see ggml-cpu/ops.cpp at the oracle
+ * revision): each thread takes a contiguous range of dst rows. */
+#include "le_internal.h"
+
+#include <stdio.h>
+
+#define ROW(t, i1, i2, i3) \
+  ((char *)(uintptr_t)(t)->data + (i1) * (t)->nb[1] + (i2) * (t)->nb[2] + (i3) * (t)->nb[3])
+
+static inline float node_f32(const le_node *n, int slot) {
+  float f;
+  memcpy(&f, &n->params[slot], 4);
+  return f;
+}
+
+static inline int64_t nrows(const le_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+
+/* Rows [*r0, *r1) of nr for thread ith of nth. */
+static inline void split_rows(int64_t nr, const le_compute_params *p, int64_t *r0, int64_t *r1) {
+  const int64_t dr = (nr + p->nth - 1) / p->nth;
+  *r0 = LE_MIN(dr * p->ith, nr);
+  *r1 = LE_MIN(*r0 + dr, nr);
+}
+
+static inline void row_index(const le_tensor *t, int64_t ir, int64_t *i1, int64_t *i2, int64_t *i3) {
+  *i3 = ir / (t->ne[2] * t->ne[1]);
+  ir -= *i3 * t->ne[2] * t->ne[1];
+  *i2 = ir / t->ne[1];
+  *i1 = ir - *i2 * t->ne[1];
+}
+
+#define FOR_MY_ROWS(t, p)                                 \
+  int64_t r0_, r1_;                                       \
+  split_rows(nrows(t), p, &r0_, &r1_);                    \
+  for (int64_t ir_ = r0_; ir_ < r1_; ir_++) {             \
+    int64_t i1, i2, i3;                                   \
+    row_index(t, ir_, &i1, &i2, &i3);
+
+#define END_ROWS }
+
+static void op_get_rows(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *s1 = &n->src[1], *d = &n->dst;
+  const le_type_traits *t = le_traits(s0->type);
+  FOR_MY_ROWS(d, p)
+  /* dst row (i1,i2,i3) takes the id at src1[i1,i2,i3] */
+  const int32_t id = *(const int32_t *)((const char *)(uintptr_t)s1->data + i1 * s1->nb[0] +
+                                        i2 * s1->nb[1] + i3 * s1->nb[2]);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  if (id < 0 || id >= s0->ne[1]) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "get_rows: row id %d outside 0..%lld", id, (long long)s0->ne[1] - 1);
+    le_ctx_fail(p->ctx, msg);
+    memset(y, 0, (size_t)d->ne[0] * 4);
+    continue;
+  }
+  t->to_float((const char *)(uintptr_t)s0->data + id * s0->nb[1] + i2 * s0->nb[2] + i3 * s0->nb[3],
+              y, s0->ne[0]);
+  END_ROWS
+}
+
+static void op_rms_norm(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *d = &n->dst;
+  const float eps = node_f32(n, 0);
+  const int64_t ne0 = s0->ne[0];
+  FOR_MY_ROWS(d, p)
+  const float *x = (const float *)ROW(s0, i1, i2, i3);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  double sum = 0.0;
+  for (int64_t i = 0; i < ne0; i++) sum += (double)(x[i] * x[i]);
+  const float mean = (float)(sum / (double)ne0);
+  const float scale = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = 0; i < ne0; i++) y[i] = x[i] * scale;
+  END_ROWS
+}
+
+static void op_norm(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *d = &n->dst;
+  const float eps = node_f32(n, 0);
+  const int64_t ne0 = s0->ne[0];
+  FOR_MY_ROWS(d, p)
+  const float *x = (const float *)ROW(s0, i1, i2, i3);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  double sum = 0.0;
+  for (int64_t i = 0; i < ne0; i++) sum += (double)x[i];
+  const float mean = (float)sum / (float)ne0;
+  double var = 0.0;
+  for (int64_t i = 0; i < ne0; i++) {
+    const float v = x[i] - mean;
+    y[i] = v;
+    var += (double)(v * v);
+  }
+  const float variance = (float)(var / (double)ne0);
+  const float scale = 1.0f / sqrtf(variance + eps);
+  for (int64_t i = 0; i < ne0; i++) y[i] *= scale;
+  END_ROWS
+}
+
+static void op_binary(const le_node *n, const le_compute_params *p, int is_add) {
+  const le_tensor *s0 = &n->src[0], *s1 = &n->src[1], *d = &n->dst;
+  const int64_t ne0 = d->ne[0], ne10 = s1->ne[0];
+  FOR_MY_ROWS(d, p)
+  const float *x = (const float *)ROW(s0, i1, i2, i3);
+  const float *z = (const float *)ROW(s1, i1 % s1->ne[1], i2 % s1->ne[2], i3 % s1->ne[3]);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  if (ne10 == ne0) {
+    if (is_add)
+      for (int64_t i = 0; i < ne0; i++) y[i] = x[i] + z[i];
+    else
+      for (int64_t i = 0; i < ne0; i++) y[i] = x[i] * z[i];
+  } else {
+    for (int64_t i = 0; i < ne0; i++) y[i] = is_add ? x[i] + z[i % ne10] : x[i] * z[i % ne10];
+  }
+  END_ROWS
+}
+
+static void op_scale(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *d = &n->dst;
+  const float s = node_f32(n, 0), b = node_f32(n, 1);
+  FOR_MY_ROWS(d, p)
+  const float *x = (const float *)ROW(s0, i1, i2, i3);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  if (b == 0.0f)
+    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = x[i] * s;
+  else
+    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = x[i] * s + b;
+  END_ROWS
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ggml's CPU gelu (GGML_GELU_FP16): a table of the tanh approximation over
+ * every f16 input, i.e. f16(gelu(f16(x))), clamped outside +-10. */
+static inline float gelu_f32(float x) {
+  const float c = 0.79788456080286535587989211986876f, a = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + a * x * x)));
+}
+static inline float gelu_table(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  const float xh = le_fp16_to_fp32(le_fp32_to_fp16(x));
+  return le_fp16_to_fp32(le_fp32_to_fp16(gelu_f32(xh)));
+}
+
+static void op_unary(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *d = &n->dst;
+  FOR_MY_ROWS(d, p)
+  const float *x = (const float *)ROW(s0, i1, i2, i3);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  if (n->op == LE_OP_SILU) {
+    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = silu(x[i]);
+  } else if (n->op == LE_OP_GELU) {
+    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = gelu_table(x[i]);
+  } else { /* SWIGLU */
+    const float *g = (const float *)ROW(&n->src[1], i1, i2, i3);
+    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = silu(x[i]) * g[i];
+  }
+  END_ROWS
+}
+
+static void op_soft_max(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *d = &n->dst;
+  const le_tensor *m = n->n_src > 1 && n->src[1].data ? &n->src[1] : NULL;
+  const float scale = node_f32(n, 0), max_bias = node_f32(n, 1);
+  const int64_t ne0 = s0->ne[0];
+  const uint32_t n_head = (uint32_t)s0->ne[2];
+  const uint32_t n_head_log2 = n_head ? 1u << (uint32_t)floor(log2((double)n_head)) : 1;
+  const float m0 = powf(2.0f, -(max_bias) / n_head_log2);
+  const float m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);
+  FOR_MY_ROWS(d, p)
+  const uint32_t h = (uint32_t)i2;
+  const float slope = max_bias > 0.0f
+                          ? (h < n_head_log2 ? powf(m0, h + 1) : powf(m1, 2 * (h - n_head_log2) + 1))
+                          : 1.0f;
+  const float *x = (const float *)ROW(s0, i1, i2, i3);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  for (int64_t i = 0; i < ne0; i++) y[i] = x[i] * scale;
+  if (m) {
+    const char *mr = ROW(m, i1, i2 % m->ne[2], i3 % m->ne[3]);
+    if (m->type == LE_TYPE_F16)
+      for (int64_t i = 0; i < ne0; i++) y[i] += slope * le_fp16_to_fp32(((const uint16_t *)mr)[i]);
+    else
+      for (int64_t i = 0; i < ne0; i++) y[i] += slope * ((const float *)mr)[i];
+  }
+  float max = -INFINITY;
+  for (int64_t i = 0; i < ne0; i++) max = LE_MAX(max, y[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < ne0; i++) {
+    const float e = expf(y[i] - max);
+    sum += (double)e;
+    y[i] = e;
+  }
+  const float inv = (float)(1.0 / sum);
+  for (int64_t i = 0; i < ne0; i++) y[i] *= inv;
+  END_ROWS
+}
+
+/* ---- rope ---- */
+static float rope_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+  return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+static void rope_cache(float pos, const le_node *n, const float *ff, int64_t ne0, float *cache) {
+  const int n_dims = n->params[0], n_ctx_orig = n->params[2];
+  const float freq_base = node_f32(n, 3), freq_scale = node_f32(n, 4);
+  const float ext_factor = node_f32(n, 5), attn_factor = node_f32(n, 6);
+  const float beta_fast = node_f32(n, 7), beta_slow = node_f32(n, 8);
+  const float theta_scale = powf(freq_base, -2.0f / n_dims);
+  float corr[2];
+  corr[0] = LE_MAX(0.0f, floorf(rope_corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base)));
+  corr[1] = LE_MIN((float)(n_dims - 1), ceilf(rope_corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base)));
+  float theta = pos; /* theta_base, advanced by repeated multiplication like ggml */
+  for (int64_t i0 = 0; i0 < ne0; i0 += 2) {
+    const float f = ff ? ff[i0 / 2] : 1.0f;
+    const float theta_extrap = theta / f;
+    const float theta_interp = freq_scale * theta_extrap;
+    float th = theta_interp, mscale = attn_factor;
+    if (ext_factor != 0.0f) {
+      const float y = ((float)(i0 / 2) - corr[0]) / LE_MAX(0.001f, corr[1] - corr[0]);
+      const float ramp = (1 - LE_MIN(1.0f, LE_MAX(0.0f, y))) * ext_factor;
+      th = theta_interp * (1 - ramp) + theta_extrap * ramp;
+      mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+    }
+    cache[i0] = cosf(th) * mscale;
+    cache[i0 + 1] = sinf(th) * mscale;
+    theta *= theta_scale;
+  }
+}
+
+static inline float ld(const void *p, int f16) {
+  return f16 ? le_fp16_to_fp32(*(const uint16_t *)p) : *(const float *)p;
+}
+static inline void st(void *p, float v, int f16) {
+  if (f16)
+    *(uint16_t *)p = le_fp32_to_fp16(v);
+  else
+    *(float *)p = v;
+}
+
+static void op_rope(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *s1 = &n->src[1], *d = &n->dst;
+  const float *ff = n->n_src > 2 && n->src[2].data ? (const float *)(uintptr_t)n->src[2].data : NULL;
+  const int n_dims = n->params[0], neox = n->params[1] & 2;
+  const int f16 = s0->type == LE_TYPE_F16;
+  const size_t ts = f16 ? 2 : 4;
+  const int64_t ne0 = d->ne[0];
+  float *cache = (float *)p->wdata + (ne0 + 16) * p->ith;
+  int64_t last_i2 = -1;
+  FOR_MY_ROWS(d, p)
+  if (i2 != last_i2) {
+    const int32_t pos = *(const int32_t *)((const char *)(uintptr_t)s1->data + i2 * s1->nb[0]);
+    rope_cache((float)pos, n, ff, ne0, cache);
+    last_i2 = i2;
+  }
+  const char *x = ROW(s0, i1, i2, i3);
+  char *y = ROW(d, i1, i2, i3);
+  const int64_t off = neox ? n_dims / 2 : 1;
+  for (int64_t i0 = 0; i0 < n_dims; i0 += 2) {
+    const int64_t ic = neox ? i0 / 2 : i0;
+    const float c = cache[i0], s = cache[i0 + 1];
+    const float x0 = ld(x + ic * ts, f16), x1 = ld(x + (ic + off) * ts, f16);
+    st(y + ic * ts, x0 * c - x1 * s, f16);
+    st(y + (ic + off) * ts, x0 * s + x1 * c, f16);
+  }
+  if (x != y) memcpy(y + n_dims * ts, x + n_dims * ts, (size_t)(ne0 - n_dims) * ts);
+  END_ROWS
+}
+
+/* ---- cpy ---- */
+static void op_cpy(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s = &n->src[0], *d = &n->dst;
+  const le_type_traits *ts = le_traits(s->type), *td = le_traits(d->type);
+  const int same = s->ne[0] == d->ne[0] && s->ne[1] == d->ne[1] && s->ne[2] == d->ne[2] &&
+                   s->ne[3] == d->ne[3];
+  if (td->blck > 1) {
+    /* quantizing copy (KV cache in q8_0): whole rows, same shape, f32 src */
+    le_from_float_fn q = td->from_float_act ? td->from_float_act : td->from_float_ref;
+    FOR_MY_ROWS(d, p)
+    q((const float *)ROW(s, i1, i2, i3), ROW(d, i1, i2, i3), d->ne[0]);
+    END_ROWS
+    return;
+  }
+  if (same && s->type == d->type && (size_t)s->nb[0] == ts->size && (size_t)d->nb[0] == td->size) {
+    FOR_MY_ROWS(d, p)
+    memcpy(ROW(d, i1, i2, i3), ROW(s, i1, i2, i3), (size_t)d->ne[0] * td->size);
+    END_ROWS
+    return;
+  }
+  /* general element copy in logical (row-major) order; rows of src */
+  FOR_MY_ROWS(s, p)
+  const char *x = ROW(s, i1, i2, i3);
+  int64_t lin = ((i3 * s->ne[2] + i2) * s->ne[1] + i1) * s->ne[0];
+  int64_t j0 = lin % d->ne[0], j1, j2, j3;
+  lin /= d->ne[0];
+  j1 = lin % d->ne[1];
+  lin /= d->ne[1];
+  j2 = lin % d->ne[2];
+  j3 = lin / d->ne[2];
+  for (int64_t i0 = 0; i0 < s->ne[0]; i0++) {
+    const char *e = x + i0 * s->nb[0];
+    float v;
+    if (s->type == LE_TYPE_F32) v = *(const float *)e;
+    else if (s->type == LE_TYPE_F16) v = le_fp16_to_fp32(*(const uint16_t *)e);
+    else v = le_bf16_to_fp32(*(const uint16_t *)e);
+    char *o = ROW(d, j1, j2, j3) + j0 * d->nb[0];
+    if (d->type == LE_TYPE_F32) *(float *)o = v;
+    else if (d->type == LE_TYPE_F16) *(uint16_t *)o = le_fp32_to_fp16(v);
+    else *(uint16_t *)o = le_fp32_to_bf16(v);
+    if (++j0 == d->ne[0]) {
+      j0 = 0;
+      if (++j1 == d->ne[1]) {
+        j1 = 0;
+        if (++j2 == d->ne[2]) {
+          j2 = 0;
+          ++j3;
+        }
+      }
+    }
+  }
+  END_ROWS
+}
+
+/* ---- dispatch ---- */
+
+static int fail(const char *what, const le_node *n) {
+  le_set_error("op %d: %s", n->op, what);
+  return -1;
+}
+
+static int same_shape(const le_tensor *a, const le_tensor *b) {
+  return a->ne[0] == b->ne[0] && a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3];
+}
+
+static int is_f32_rows(const le_tensor *t) { return t->type == LE_TYPE_F32 && t->nb[0] == 4; }
+
+int le_node_check(const le_node *n) {
+  const le_tensor *d = &n->dst, *s0 = &n->src[0], *s1 = &n->src[1];
+  if (n->n_src < 0 || n->n_src > LE_MAX_SRC) return fail("bad source count", n);
+  for (int i = 0; i < LE_MAX_DIMS; i++)
+    if (d->ne[i] < 0) return fail("negative dimension", n);
+  switch (n->op) {
+    case LE_OP_NONE:
+      return 0;
+    case LE_OP_GET_ROWS:
+      if (n->n_src < 2 || !le_traits(s0->type) || s1->type != LE_TYPE_I32 || !is_f32_rows(d))
+        return fail("get_rows wants any known src0, I32 ids and an F32 dst", n);
+      if (d->ne[0] != s0->ne[0] || d->ne[1] != s1->ne[0] || d->ne[2] != s1->ne[1] ||
+          d->ne[3] != s1->ne[2] || s0->ne[0] % le_traits(s0->type)->blck)
+        return fail("get_rows shapes disagree", n);
+      return 0;
+    case LE_OP_RMS_NORM:
+    case LE_OP_NORM:
+    case LE_OP_SCALE:
+    case LE_OP_SILU:
+    case LE_OP_GELU:
+    case LE_OP_SOFT_MAX:
+      if (n->n_src < 1 || !is_f32_rows(s0) || !is_f32_rows(d) || !same_shape(s0, d))
+        return fail("wants same-shape F32 src0 and dst with contiguous rows", n);
+      if (n->op == LE_OP_SOFT_MAX && n->n_src > 1 && s1->data) {
+        if ((s1->type != LE_TYPE_F32 && s1->type != LE_TYPE_F16) || s1->ne[0] != s0->ne[0] ||
+            s1->ne[1] < s0->ne[1] || s1->nb[0] != (s1->type == LE_TYPE_F32 ? 4 : 2) ||
+            s1->ne[2] == 0 || s1->ne[3] == 0 || s0->ne[2] % s1->ne[2] || s0->ne[3] % s1->ne[3])
+          return fail("soft_max mask must be F32/F16 [ne0, >=ne1, divides ne2, divides ne3]", n);
+      }
+      return 0;
+    case LE_OP_MUL:
+    case LE_OP_ADD:
+      if (n->n_src < 2 || !is_f32_rows(s0) || !is_f32_rows(s1) || !is_f32_rows(d) ||
+          !same_shape(s0, d))
+        return fail("wants F32 tensors with contiguous rows, dst shaped like src0", n);
+      for (int i = 0; i < 4; i++)
+        if (s1->ne[i] == 0 || s0->ne[i] % s1->ne[i]) return fail("src1 cannot repeat to src0", n);
+      return 0;
+    case LE_OP_SWIGLU:
+      if (n->n_src < 2 || !is_f32_rows(s0) || !is_f32_rows(s1) || !is_f32_rows(d) ||
+          !same_shape(s0, d) || !same_shape(s1, d))
+        return fail("swiglu wants three same-shape F32 tensors", n);
+      return 0;
+    case LE_OP_ROPE: {
+      const int t = s0->type;
+      const int nd = n->params[0], mode = n->params[1];
+      if (n->n_src < 2 || (t != LE_TYPE_F32 && t != LE_TYPE_F16) || d->type != t ||
+          s0->nb[0] != (t == LE_TYPE_F32 ? 4 : 2) || d->nb[0] != s0->nb[0] || !same_shape(s0, d))
+        return fail("rope wants same-shape F32 or F16 src0/dst with contiguous rows", n);
+      if (s1->type != LE_TYPE_I32 || s1->ne[0] < d->ne[2] || s1->nb[0] != 4)
+        return fail("rope positions must be I32 with one per dst ne[2]", n);
+      if (nd <= 0 || nd % 2 || nd > d->ne[0] || (mode != 0 && mode != 2))
+        return fail("rope n_dims must be even and <= ne0; mode 0 or 2", n);
+      if (n->n_src > 2 && n->src[2].data &&
+          (n->src[2].type != LE_TYPE_F32 || n->src[2].ne[0] < nd / 2))
+        return fail("rope freq factors must be F32 with n_dims/2 entries", n);
+      return 0;
+    }
+    case LE_OP_CPY: {
+      const le_type_traits *ts = le_traits(s0->type), *td = le_traits(d->type);
+      if (n->n_src < 1 || !ts || !td || ts->blck > 1)
+        return fail("cpy source must be F32, F16 or BF16", n);
+      if (s0->ne[0] * s0->ne[1] * s0->ne[2] * s0->ne[3] != d->ne[0] * d->ne[1] * d->ne[2] * d->ne[3])
+        return fail("cpy element counts differ", n);
+      if (td->blck > 1 && (!same_shape(s0, d) || s0->type != LE_TYPE_F32 || s0->nb[0] != 4 ||
+                           d->ne[0] % td->blck || d->nb[0] != (int64_t)td->size))
+        return fail("quantizing cpy wants same-shape F32 src with whole blocks per row", n);
+      return 0;
+    }
+    case LE_OP_MUL_MAT:
+      return le_mul_mat_check(n);
+    default:
+      return fail("unsupported op", n);
+  }
+}
+
+size_t le_node_wsize(const le_node *n, int n_threads) {
+  switch (n->op) {
+    case LE_OP_ROPE:
+      return (size_t)(n->dst.ne[0] + 16) * 4 * (size_t)n_threads;
+    case LE_OP_MUL_MAT:
+      return le_mul_mat_wsize(n);
+    default:
+      return 0;
+  }
+}
+
+void le_node_compute(const le_node *n, const le_compute_params *p) {
+  switch (n->op) {
+    case LE_OP_GET_ROWS: op_get_rows(n, p); break;
+    case LE_OP_RMS_NORM: op_rms_norm(n, p); break;
+    case LE_OP_NORM: op_norm(n, p); break;
+    case LE_OP_MUL: op_binary(n, p, 0); break;
+    case LE_OP_ADD: op_binary(n, p, 1); break;
+    case LE_OP_SCALE: op_scale(n, p); break;
+    case LE_OP_SILU:
+    case LE_OP_GELU:
+    case LE_OP_SWIGLU: op_unary(n, p); break;
+    case LE_OP_SOFT_MAX: op_soft_max(n, p); break;
+    case LE_OP_ROPE: op_rope(n, p); break;
+    case LE_OP_CPY: op_cpy(n, p); break;
+    case LE_OP_MUL_MAT: le_mul_mat(n, p); break;
+    default: break;
+  }
+}

@@ -1,0 +1,131 @@
+/* Q8_0: blocks of 32 int8 with one f16 scale. Also the vec_dot_type of the
+ * 32-element quant types: activations are quantized with ggml's x86 CPU
+ * quantizer (scale 127/amax, round half to even), not the reference one. */
+#include "q_common.h"
+
+static void q8_0_to_float(const void *vx, float *y, int64_t n) {
+  const le_block_q8_0 *x = vx;
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    const float d = le_fp16_to_fp32(x[i].d);
+    for (int j = 0; j < LE_QK; j++) y[i * LE_QK + j] = x[i].qs[j] * d;
+  }
+}
+
+/* quantize_row_q8_0_ref: d = amax/127, q = roundf(x / d) (ties away) */
+static void q8_0_from_float_ref(const float *x, void *vy, int64_t n) {
+  le_block_q8_0 *y = vy;
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    const float *xb = x + i * LE_QK;
+    float amax = 0.0f;
+    for (int j = 0; j < LE_QK; j++) amax = LE_MAX(amax, fabsf(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = le_fp32_to_fp16(d);
+    for (int j = 0; j < LE_QK; j++) y[i].qs[j] = (int8_t)roundf(xb[j] * id);
+  }
+}
+
+/* ggml-cpu's x86 quantize_row_q8_0: same scale, multiplier 127/amax and
+ * round-to-nearest-even. Every step is an exact IEEE operation, so this
+ * scalar form gives the same bytes as the vector one. */
+void le_quantize_q8_0_act(const float *x, void *vy, int64_t n) {
+  le_block_q8_0 *y = vy;
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    const float *xb = x + i * LE_QK;
+    float amax = 0.0f;
+    for (int j = 0; j < LE_QK; j++) amax = LE_MAX(amax, fabsf(xb[j]));
+    y[i].d = le_fp32_to_fp16(amax / 127.0f);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < LE_QK; j++) y[i].qs[j] = (int8_t)nearbyintf(xb[j] * id);
+  }
+}
+
+static void dot_q8_0_scalar(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q8_0 *x = vx, *y = vy;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    int32_t si = 0;
+    for (int j = 0; j < LE_QK; j++) si += (int32_t)x[i].qs[j] * y[i].qs[j];
+    sum += (float)si * (le_fp16_to_fp32(x[i].d) * le_fp16_to_fp32(y[i].d));
+  }
+  *s = sum;
+}
+
+#if defined(LE_X86)
+LE_TARGET_AVX2 static void dot_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q8_0 *x = vx, *y = vy;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    const __m256 d = _mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d));
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    acc = _mm256_fmadd_ps(d, le_mul_sum_i8_avx2(qx, qy), acc);
+  }
+  *s = le_hsum_ps256(acc);
+}
+
+LE_TARGET_AVX512 static void dot_q8_0_avx512(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q8_0 *x = vx, *y = vy;
+  const int64_t nb = n / LE_QK;
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    const __m512i qx = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[i].qs)),
+        _mm256_loadu_si256((const __m256i *)x[i + 1].qs), 1);
+    const __m512i qy = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[i].qs)),
+        _mm256_loadu_si256((const __m256i *)y[i + 1].qs), 1);
+    const __m512 d =
+        le_join_ps256(_mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d)),
+                      _mm256_set1_ps(le_h2f(x[i + 1].d) * le_h2f(y[i + 1].d)));
+    acc = _mm512_fmadd_ps(d, le_mul_sum_i8_avx512(qx, qy), acc);
+  }
+  __m256 acc2 = le_fold_ps512(acc);
+  for (; i < nb; i++) {
+    const __m256 d = _mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d));
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    acc2 = _mm256_fmadd_ps(d, le_mul_sum_i8_avx2(qx, qy), acc2);
+  }
+  *s = le_hsum_ps256(acc2);
+}
+#endif
+
+#if defined(LE_NEON)
+static void dot_q8_0_neon(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q8_0 *x = vx, *y = vy;
+  float32x4_t acc = vdupq_n_f32(0);
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    int32x4_t p = vdupq_n_s32(0);
+    for (int h = 0; h < 2; h++) {
+      const int8x16_t a = vld1q_s8(x[i].qs + 16 * h), b = vld1q_s8(y[i].qs + 16 * h);
+      p = vpadalq_s16(p, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+      p = vpadalq_s16(p, vmull_s8(vget_high_s8(a), vget_high_s8(b)));
+    }
+    acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), le_fp16_to_fp32(x[i].d) * le_fp16_to_fp32(y[i].d));
+  }
+  *s = vaddvq_f32(acc);
+}
+#endif
+
+const le_type_traits le_traits_q8_0 = {
+    .type = LE_TYPE_Q8_0,
+    .name = "q8_0",
+    .blck = LE_QK,
+    .size = sizeof(le_block_q8_0),
+    .to_float = q8_0_to_float,
+    .from_float_ref = q8_0_from_float_ref,
+    .from_float_act = le_quantize_q8_0_act,
+    .vec_dot_type = LE_TYPE_Q8_0,
+    .vec_dot = {
+        [LE_SIMD_SCALAR] = dot_q8_0_scalar,
+#if defined(LE_X86)
+        [LE_SIMD_AVX2] = dot_q8_0_avx2,
+        [LE_SIMD_AVX512] = dot_q8_0_avx512,
+#endif
+#if defined(LE_NEON)
+        [LE_SIMD_NEON] = dot_q8_0_neon,
+#endif
+    },
+};

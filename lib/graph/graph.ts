@@ -1,0 +1,499 @@
+/**
+ * The graph builder: ggml-like methods that create {@link Tensor} nodes with
+ * ggml's shape rules, and `expand()` which appends nodes in dependency-first
+ * order (ggml_build_forward_expand), so side effects such as a copy into the
+ * KV cache run before later reads of the same cache.
+ *
+ * @module
+ */
+import type { BufferRef, Dims } from "../backend/types.ts";
+import { GGMLType } from "../gguf/types.ts";
+import { f32Bits, Op, RopeMode, RopeParam } from "./ops.ts";
+
+export type { BufferRef, Dims } from "../backend/types.ts";
+export { Tensor } from "./tensor.ts";
+import {
+  contiguousStrides,
+  dims,
+  GraphError,
+  isContiguousN,
+  sameShape,
+  spanBytes,
+  Tensor,
+} from "./tensor.ts";
+
+/** Options of {@link Graph.rope} (ggml_rope_ext arguments). */
+export interface RopeOptions {
+  /** Leading dimensions of each head that are rotated. */
+  nDims: number;
+  /** RopeMode.NORMAL (0) or RopeMode.NEOX (2). Default NORMAL. */
+  mode?: number;
+  /** Original training context (YaRN). Default 0. */
+  nCtxOrig?: number;
+  /** Default 10000. */
+  freqBase?: number;
+  /** Default 1. */
+  freqScale?: number;
+  /** YaRN extrapolation mix; default 0. */
+  extFactor?: number;
+  /** Default 1. */
+  attnFactor?: number;
+  /** Default 32. */
+  betaFast?: number;
+  /** Default 1. */
+  betaSlow?: number;
+  /** Write the result over `x` (ggml_rope_ext_inplace), e.g. K-shift of the cache. */
+  inplace?: boolean;
+}
+
+/** Options of {@link Graph.softMax}. */
+export interface SoftMaxOptions {
+  /** Additive mask, F32 or F16, [ne0, >= ne1, divides ne2, divides ne3]. */
+  mask?: Tensor;
+  /** Multiplier applied before the mask. Default 1. */
+  scale?: number;
+  /** ALiBi max bias (needs a mask). Default 0. */
+  maxBias?: number;
+}
+
+const FLOAT_TYPES: ReadonlySet<number> = new Set([GGMLType.F32, GGMLType.F16]);
+
+/** An ops DAG under construction. */
+export class Graph {
+  /** Op nodes in execution order (filled by {@link expand}). */
+  readonly nodes: Tensor[] = [];
+  /** Weights, inputs and externals reached by {@link expand}. */
+  readonly leafs: Tensor[] = [];
+  /** Tensors marked with {@link markOutput}. */
+  readonly outputs: Tensor[] = [];
+  #own = new WeakSet<Tensor>();
+  #seen = new Set<Tensor>();
+  #layer = -1;
+
+  /** Tag for tensors created from now on (scheduler overrides use it); -1 = none. */
+  setLayer(layer: number): void {
+    if (!Number.isInteger(layer) || layer < -1) throw new GraphError(`bad layer ${layer}`);
+    this.#layer = layer;
+  }
+
+  /** The current layer tag. */
+  get layer(): number {
+    return this.#layer;
+  }
+
+  #make(init: ConstructorParameters<typeof Tensor>[0]): Tensor {
+    for (const s of init.src ?? []) this.#check(s);
+    const t = new Tensor({ layer: this.#layer, ...init });
+    this.#own.add(t);
+    return t;
+  }
+
+  #check(t: Tensor): void {
+    if (!(t instanceof Tensor) || !this.#own.has(t)) {
+      throw new GraphError(`tensor ${(t as Tensor)?.name ?? t} does not belong to this graph`);
+    }
+  }
+
+  #leaf(
+    kind: "weight" | "external",
+    name: string,
+    type: number,
+    shape: readonly number[],
+    data: BufferRef,
+    strides?: readonly number[],
+  ): Tensor {
+    const ne = dims(shape);
+    const nb = strides ? fullStrides(type, ne, strides) : contiguousStrides(type, ne);
+    const bytes = spanBytes(type, ne, nb);
+    if (!data || !data.buffer) throw new GraphError(`${kind} ${name}: no buffer`);
+    if (
+      !Number.isSafeInteger(data.offset) || data.offset < 0 ||
+      data.offset + bytes > data.buffer.size
+    ) {
+      throw new GraphError(
+        `${kind} ${name}: ${bytes} bytes at offset ${data.offset} overrun buffer of ${data.buffer.size}`,
+      );
+    }
+    return this.#make({ name, type, ne, nb, kind, data });
+  }
+
+  /** A read-only tensor whose bytes already exist (e.g. in a mapped file). */
+  weight(name: string, type: number, ne: readonly number[], data: BufferRef): Tensor {
+    return this.#leaf("weight", name, type, ne, data);
+  }
+
+  /**
+   * Persistent state owned outside the graph (KV cache). `nb` gives byte
+   * strides of dims 1.. (ggml_view style); default contiguous.
+   */
+  external(
+    name: string,
+    type: number,
+    ne: readonly number[],
+    data: BufferRef,
+    nb?: readonly number[],
+  ): Tensor {
+    return this.#leaf("external", name, type, ne, data, nb);
+  }
+
+  /** A tensor the host writes before each run (token ids, positions, mask). */
+  input(name: string, type: number, shape: readonly number[]): Tensor {
+    const ne = dims(shape);
+    return this.#make({ name, type, ne, nb: contiguousStrides(type, ne), kind: "input" });
+  }
+
+  #op(op: Op, name: string, type: number, ne: Dims, src: Tensor[]): Tensor {
+    return this.#make({ name, type, ne, nb: contiguousStrides(type, ne), kind: "op", op, src });
+  }
+
+  // Result aliases x's storage (ggml_view_tensor + op): in-place ops.
+  #inplace(op: Op, name: string, x: Tensor, src: Tensor[]): Tensor {
+    if (x.root.kind === "weight") throw new GraphError(`${name}: cannot write weight ${x.name}`);
+    return this.#make({
+      name,
+      type: x.type,
+      ne: [...x.ne] as Dims,
+      nb: [...x.nb] as Dims,
+      kind: "op",
+      op,
+      src,
+      viewSrc: x.root,
+      viewOffset: x.viewOffset,
+    });
+  }
+
+  /** Rows `ids` (I32 [n, ne2 of a, ne3 of a]) of `a`, dequantized to F32. */
+  getRows(a: Tensor, ids: Tensor): Tensor {
+    this.#check(a), this.#check(ids);
+    if (
+      ids.type !== GGMLType.I32 || a.ne[2] !== ids.ne[1] || a.ne[3] !== ids.ne[2] || ids.ne[3] !== 1
+    ) {
+      throw new GraphError(`getRows: bad shapes ${a.describe()} ${ids.describe()}`);
+    }
+    const type = a.type === GGMLType.I32 ? GGMLType.I32 : GGMLType.F32;
+    return this.#op(
+      Op.GET_ROWS,
+      `${a.name}.rows`,
+      type,
+      [a.ne[0], ids.ne[0], ids.ne[1], ids.ne[2]],
+      [
+        a,
+        ids,
+      ],
+    );
+  }
+
+  #norm(op: Op, what: string, x: Tensor, eps: number): Tensor {
+    this.#check(x);
+    if (x.type !== GGMLType.F32) throw new GraphError(`${what}: needs F32, got ${x.describe()}`);
+    if (!(eps >= 0)) throw new GraphError(`${what}: bad eps ${eps}`);
+    const t = this.#op(op, `${what}(${x.name})`, x.type, [...x.ne] as Dims, [x]);
+    t.params[0] = f32Bits(eps);
+    return t;
+  }
+
+  /** x / sqrt(mean(x²) + eps) over ne0 (no affine part; multiply by the weight after). */
+  rmsNorm(x: Tensor, eps: number): Tensor {
+    return this.#norm(Op.RMS_NORM, "rms_norm", x, eps);
+  }
+
+  /** (x - mean) / sqrt(var + eps) over ne0. */
+  norm(x: Tensor, eps: number): Tensor {
+    return this.#norm(Op.NORM, "norm", x, eps);
+  }
+
+  #binary(op: Op, what: string, a: Tensor, b: Tensor): Tensor {
+    this.#check(a), this.#check(b);
+    if (!canRepeat(b, a)) {
+      throw new GraphError(`${what}: ${b.describe()} does not broadcast onto ${a.describe()}`);
+    }
+    if (!FLOAT_TYPES.has(a.type) || !FLOAT_TYPES.has(b.type)) {
+      throw new GraphError(`${what}: needs F32/F16 operands, got ${a.describe()} ${b.describe()}`);
+    }
+    return this.#op(op, `${what}(${a.name},${b.name})`, a.type, [...a.ne] as Dims, [a, b]);
+  }
+
+  /** a * b elementwise, b broadcast over a (ggml_can_repeat). */
+  mul(a: Tensor, b: Tensor): Tensor {
+    return this.#binary(Op.MUL, "mul", a, b);
+  }
+
+  /** a + b elementwise, b broadcast over a. */
+  add(a: Tensor, b: Tensor): Tensor {
+    return this.#binary(Op.ADD, "add", a, b);
+  }
+
+  /** ggml_mul_mat: [a.ne1, b.ne1, b.ne2, b.ne3] = a^T b, contracted over ne0; F32 result. */
+  mulMat(a: Tensor, b: Tensor): Tensor {
+    this.#check(a), this.#check(b);
+    if (a.ne[0] !== b.ne[0] || b.ne[2] % a.ne[2] !== 0 || b.ne[3] % a.ne[3] !== 0) {
+      throw new GraphError(`mulMat: cannot multiply ${a.describe()} by ${b.describe()}`);
+    }
+    if (a.nb[0] > a.nb[1]) throw new GraphError(`mulMat: ${a.describe()} is transposed`);
+    return this.#op(Op.MUL_MAT, `${a.name}*${b.name}`, GGMLType.F32, [
+      a.ne[1],
+      b.ne[1],
+      b.ne[2],
+      b.ne[3],
+    ], [
+      a,
+      b,
+    ]);
+  }
+
+  /** Rotary embedding of x [headDim, nHead, nTokens, 1] at I32 positions `pos` [nTokens]. */
+  rope(x: Tensor, pos: Tensor, o: RopeOptions): Tensor {
+    this.#check(x), this.#check(pos);
+    const mode = o.mode ?? RopeMode.NORMAL;
+    if (
+      pos.type !== GGMLType.I32 || pos.ne[1] * pos.ne[2] * pos.ne[3] !== 1 || pos.ne[0] !== x.ne[2]
+    ) {
+      throw new GraphError(`rope: positions ${pos.describe()} do not match ${x.describe()}`);
+    }
+    if (!FLOAT_TYPES.has(x.type)) throw new GraphError(`rope: needs F32/F16, got ${x.describe()}`);
+    if (mode !== RopeMode.NORMAL && mode !== RopeMode.NEOX) {
+      throw new GraphError(`rope: mode ${mode}`);
+    }
+    if (!Number.isInteger(o.nDims) || o.nDims <= 0 || o.nDims % 2 || o.nDims > x.ne[0]) {
+      throw new GraphError(`rope: nDims ${o.nDims} invalid for ${x.describe()}`);
+    }
+    const name = `rope(${x.name})`;
+    const t = o.inplace ? this.#inplace(Op.ROPE, name, x, [x, pos]) : this.#op(
+      Op.ROPE,
+      name,
+      x.type,
+      [...x.ne] as Dims,
+      [x, pos],
+    );
+    const p = t.params;
+    p[RopeParam.N_DIMS] = o.nDims;
+    p[RopeParam.MODE] = mode;
+    p[RopeParam.N_CTX_ORIG] = o.nCtxOrig ?? 0;
+    p[RopeParam.FREQ_BASE] = f32Bits(o.freqBase ?? 10000);
+    p[RopeParam.FREQ_SCALE] = f32Bits(o.freqScale ?? 1);
+    p[RopeParam.EXT_FACTOR] = f32Bits(o.extFactor ?? 0);
+    p[RopeParam.ATTN_FACTOR] = f32Bits(o.attnFactor ?? 1);
+    p[RopeParam.BETA_FAST] = f32Bits(o.betaFast ?? 32);
+    p[RopeParam.BETA_SLOW] = f32Bits(o.betaSlow ?? 1);
+    return t;
+  }
+
+  /** softmax(x*scale + mask) over ne0 (ggml_soft_max_ext). */
+  softMax(x: Tensor, o: SoftMaxOptions = {}): Tensor {
+    this.#check(x);
+    if (x.type !== GGMLType.F32 || !x.isContiguous) {
+      throw new GraphError(`softMax: needs contiguous F32, got ${x.describe()}`);
+    }
+    const src = [x];
+    const m = o.mask;
+    if (m) {
+      this.#check(m);
+      if (
+        !FLOAT_TYPES.has(m.type) || !m.isContiguous || m.ne[0] !== x.ne[0] || m.ne[1] < x.ne[1] ||
+        x.ne[2] % m.ne[2] !== 0 || x.ne[3] % m.ne[3] !== 0
+      ) {
+        throw new GraphError(`softMax: mask ${m.describe()} does not fit ${x.describe()}`);
+      }
+      src.push(m);
+    }
+    const maxBias = o.maxBias ?? 0;
+    if (maxBias > 0 && !m) throw new GraphError(`softMax: maxBias needs a mask`);
+    const t = this.#op(Op.SOFT_MAX, `soft_max(${x.name})`, x.type, [...x.ne] as Dims, src);
+    t.params[0] = f32Bits(o.scale ?? 1);
+    t.params[1] = f32Bits(maxBias);
+    return t;
+  }
+
+  #unary(op: Op, what: string, x: Tensor): Tensor {
+    this.#check(x);
+    if (!FLOAT_TYPES.has(x.type) || !isContiguousN(x, 1)) {
+      throw new GraphError(`${what}: needs F32/F16 with contiguous rows, got ${x.describe()}`);
+    }
+    return this.#op(op, `${what}(${x.name})`, x.type, [...x.ne] as Dims, [x]);
+  }
+
+  /** x * sigmoid(x). */
+  silu(x: Tensor): Tensor {
+    return this.#unary(Op.SILU, "silu", x);
+  }
+
+  /** GELU (ggml's tanh approximation). */
+  gelu(x: Tensor): Tensor {
+    return this.#unary(Op.GELU, "gelu", x);
+  }
+
+  /** silu(a) * b (ggml_swiglu_split): same shape and type. */
+  swiglu(a: Tensor, b: Tensor): Tensor {
+    this.#check(a), this.#check(b);
+    if (!sameShape(a, b) || a.type !== b.type || !isContiguousN(a, 1) || !isContiguousN(b, 1)) {
+      throw new GraphError(
+        `swiglu: ${a.describe()} and ${b.describe()} must match with contiguous rows`,
+      );
+    }
+    if (!FLOAT_TYPES.has(a.type)) {
+      throw new GraphError(`swiglu: needs F32/F16, got ${a.describe()}`);
+    }
+    return this.#op(Op.SWIGLU, `swiglu(${a.name})`, a.type, [...a.ne] as Dims, [a, b]);
+  }
+
+  /** x * s. */
+  scale(x: Tensor, s: number): Tensor {
+    this.#check(x);
+    if (!FLOAT_TYPES.has(x.type)) throw new GraphError(`scale: needs F32/F16, got ${x.describe()}`);
+    const t = this.#op(Op.SCALE, `scale(${x.name})`, x.type, [...x.ne] as Dims, [x]);
+    t.params[0] = f32Bits(s);
+    return t;
+  }
+
+  /**
+   * Convert-copy `a` into `dst` (same element count, ggml order). The result
+   * aliases dst; executing it writes dst's memory (e.g. a KV cache view).
+   */
+  cpy(a: Tensor, dst: Tensor): Tensor {
+    this.#check(a), this.#check(dst);
+    if (a.nelements !== dst.nelements) {
+      throw new GraphError(`cpy: ${a.describe()} and ${dst.describe()} differ in element count`);
+    }
+    return this.#inplace(Op.CPY, `cpy(${a.name}->${dst.name})`, dst, [a, dst]);
+  }
+
+  /** A packed copy of x, optionally with a new shape of the same element count. */
+  cont(x: Tensor, shape?: readonly number[]): Tensor {
+    this.#check(x);
+    const ne = shape ? dims(shape) : [...x.ne] as Dims;
+    if (ne[0] * ne[1] * ne[2] * ne[3] !== x.nelements) {
+      throw new GraphError(`cont: ${x.describe()} cannot become [${ne}]`);
+    }
+    return this.#op(Op.CPY, `cont(${x.name})`, x.type, ne, [x]);
+  }
+
+  /**
+   * Zero-copy view (ggml_view_Nd): `shape` with byte strides `strides` for
+   * dims 1.. (missing ones packed), at `offset` bytes from x's first element.
+   */
+  view(x: Tensor, shape: readonly number[], strides: readonly number[], offset: number): Tensor {
+    this.#check(x);
+    const ne = dims(shape);
+    const nb = fullStrides(x.type, ne, strides);
+    return this.#view(x, `view(${x.name})`, ne, nb, offset);
+  }
+
+  #view(x: Tensor, name: string, ne: Dims, nb: Dims, offset: number): Tensor {
+    const root = x.root;
+    const off = x.viewOffset + offset;
+    const bytes = spanBytes(x.type, ne, nb);
+    if (!Number.isSafeInteger(offset) || off < 0 || off + bytes > root.nbytes) {
+      throw new GraphError(
+        `view: [${ne}] strides [${nb}] at ${offset} exceeds ${x.describe()} (${root.nbytes} bytes)`,
+      );
+    }
+    return this.#make({
+      name,
+      type: x.type,
+      ne,
+      nb,
+      kind: "view",
+      src: [x],
+      viewSrc: root,
+      viewOffset: off,
+    });
+  }
+
+  /** Same bytes, new shape (x must be contiguous). */
+  reshape(x: Tensor, shape: readonly number[]): Tensor {
+    this.#check(x);
+    const ne = dims(shape);
+    if (!x.isContiguous) throw new GraphError(`reshape: ${x.describe()} is not contiguous`);
+    if (ne[0] * ne[1] * ne[2] * ne[3] !== x.nelements) {
+      throw new GraphError(`reshape: ${x.describe()} cannot become [${ne}]`);
+    }
+    return this.#view(x, `${x.name}(reshaped)`, ne, contiguousStrides(x.type, ne), 0);
+  }
+
+  /** ggml_permute: axis i of x becomes axis `axes[i]` of the result. */
+  permute(x: Tensor, a0: number, a1: number, a2: number, a3: number): Tensor {
+    this.#check(x);
+    const axes = [a0, a1, a2, a3];
+    if (axes.some((a) => !Number.isInteger(a) || a < 0 || a > 3) || new Set(axes).size !== 4) {
+      throw new GraphError(`permute: bad axes (${axes}) for ${x.describe()}`);
+    }
+    const ne = [0, 0, 0, 0] as Dims;
+    const nb = [0, 0, 0, 0] as Dims;
+    for (let i = 0; i < 4; i++) {
+      ne[axes[i]] = x.ne[i];
+      nb[axes[i]] = x.nb[i];
+    }
+    return this.#make({
+      name: `${x.name}(permuted)`,
+      type: x.type,
+      ne,
+      nb,
+      kind: "view",
+      src: [x],
+      viewSrc: x.root,
+      viewOffset: x.viewOffset,
+    });
+  }
+
+  /** Swap dims 0 and 1 (zero-copy). */
+  transpose(x: Tensor): Tensor {
+    return this.permute(x, 1, 0, 2, 3);
+  }
+
+  /**
+   * Append `t` and everything it depends on, dependencies first, to
+   * {@link nodes} (ggml_build_forward_expand). Call in program order for
+   * side effects: a copy into the cache expanded first runs first.
+   */
+  expand(t: Tensor): void {
+    this.#check(t);
+    // Iterative post-order walk; deep layer stacks must not hit the JS stack limit.
+    const stack: Array<[Tensor, number]> = [[t, 0]];
+    while (stack.length) {
+      const top = stack[stack.length - 1];
+      const [cur, i] = top;
+      if (i === 0 && this.#seen.has(cur)) {
+        stack.pop();
+        continue;
+      }
+      if (i < cur.src.length) {
+        top[1]++;
+        const s = cur.src[i];
+        if (!this.#seen.has(s)) stack.push([s, 0]);
+        continue;
+      }
+      stack.pop();
+      if (this.#seen.has(cur)) continue;
+      this.#seen.add(cur);
+      if (cur.kind === "op") this.nodes.push(cur);
+      else if (cur.kind !== "view") this.leafs.push(cur);
+    }
+  }
+
+  /** Keep t's values after the run (logits, embeddings) and expand it. */
+  markOutput(t: Tensor): void {
+    this.expand(t);
+    t.isOutput = true;
+    if (!this.outputs.includes(t)) this.outputs.push(t);
+  }
+}
+
+/** ggml_can_repeat(b, a): b's dims divide a's. */
+export function canRepeat(b: Tensor, a: Tensor): boolean {
+  if (b.nelements === 0) return a.nelements === 0;
+  return a.ne.every((n, i) => b.ne[i] > 0 && n % b.ne[i] === 0);
+}
+
+// Strides for dims 1.. given (ggml view style); nb0 is the type size and
+// missing higher strides are packed after the last given one.
+function fullStrides(type: number, ne: Dims, given: readonly number[]): Dims {
+  const nb = contiguousStrides(type, ne);
+  if (given.length > 3) throw new GraphError(`at most 3 strides (dims 1..3), got ${given.length}`);
+  for (let i = 0; i < given.length; i++) {
+    const s = given[i];
+    if (!Number.isSafeInteger(s) || s < 0) throw new GraphError(`bad stride ${s}`);
+    nb[i + 1] = s;
+  }
+  for (let i = Math.max(2, given.length + 1); i < 4; i++) nb[i] = nb[i - 1] * ne[i - 1];
+  return nb;
+}

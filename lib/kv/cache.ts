@@ -1,0 +1,625 @@
+/**
+ * The unified KV cache (llama.cpp's llama_kv_cache with one stream): cell
+ * bookkeeping, slot search, the attention mask, sequence edits, K-shift and
+ * defrag bookkeeping, and the per-layer K/V tensors with the views and copy
+ * nodes a model graph needs. Head counts and sizes are parameters; nothing
+ * here knows a particular model.
+ *
+ * @module
+ */
+import type { Backend, BackendBuffer, BufferRef } from "../backend/types.ts";
+import { alignUp } from "../graph/alloc.ts";
+import type { Graph } from "../graph/graph.ts";
+import { rowSize, type Tensor } from "../graph/tensor.ts";
+import { GGMLType } from "../gguf/types.ts";
+import type { Ubatch } from "./batch.ts";
+import { checkSeq, KvCells, KvError } from "./cells.ts";
+import { floatToHalf, isMaskedSwa, SwaType } from "./swa.ts";
+
+export { floatToHalf, isMaskedSwa, SwaType } from "./swa.ts";
+
+export type {
+  Backend,
+  BackendBuffer,
+  BufferRef,
+  ExecNode,
+  OpQuery,
+  ResolvedTensor,
+} from "../backend/types.ts";
+
+/** llama.cpp pads the attended window to a multiple of this (get_n_kv). */
+export const N_KV_PAD = 256;
+
+/** Options of {@link KvCache}. */
+export interface KvCacheOptions {
+  /** Number of cells (the context size). */
+  size: number;
+  /** Layers with a cache: a count (0..n-1). */
+  nLayer: number;
+  /** KV heads (GQA groups). */
+  nHeadKv: number;
+  /** Key width per head. */
+  nEmbdHeadK: number;
+  /** Value width per head. */
+  nEmbdHeadV: number;
+  /** Default F16. */
+  typeK?: number;
+  /** Default F16. */
+  typeV?: number;
+  /** Store V transposed (llama.cpp without flash attention). Default true. */
+  vTrans?: boolean;
+  /** Highest sequence id + 1. Default 1. */
+  nSeqMax?: number;
+  /** Extra padding of the window (llama.cpp's n_pad, 1 by default; 256 always applies). */
+  nPad?: number;
+  /** Sliding window size (0: none). */
+  nSwa?: number;
+  /** Sliding window kind. Default NONE. */
+  swaType?: SwaType;
+  /** Where each layer's K and V live: one backend or one per layer. */
+  backend: Backend | ((layer: number) => Backend);
+}
+
+/** Cells chosen for the tokens of a ubatch, in token order. */
+export interface SlotInfo {
+  /** Cell index per token. */
+  readonly idxs: readonly number[];
+}
+
+/** One defrag step: cells [src, src+len) move to [dst, dst+len). */
+export interface DefragMove {
+  /** First source cell. */
+  readonly src: number;
+  /** First destination cell. */
+  readonly dst: number;
+  /** Cells moved. */
+  readonly len: number;
+}
+
+interface LayerStore {
+  k: BufferRef;
+  v: BufferRef;
+}
+
+/** Options of {@link KvCache.fillMask}. */
+export interface MaskOptions {
+  /** Causal attention (default true). */
+  causal?: boolean;
+  /** ALiBi: store -|p0 - p1| instead of 0 for visible cells. */
+  alibi?: boolean;
+}
+
+/** The KV cache. */
+export class KvCache implements Disposable {
+  /** Cell metadata. */
+  readonly cells: KvCells;
+  /** Where the next slot search starts. */
+  head = 0;
+  /** Number of cells. */
+  readonly size: number;
+  /** Layers with storage. */
+  readonly nLayer: number;
+  /** KV heads. */
+  readonly nHeadKv: number;
+  /** Key width per head. */
+  readonly nEmbdHeadK: number;
+  /** Value width per head. */
+  readonly nEmbdHeadV: number;
+  /** ggml type of K. */
+  readonly typeK: number;
+  /** ggml type of V. */
+  readonly typeV: number;
+  /** V stored transposed. */
+  readonly vTrans: boolean;
+  /** Highest sequence id + 1. */
+  readonly nSeqMax: number;
+  /** Window padding (256 always applies). */
+  readonly nPad: number;
+  /** Sliding window size. */
+  readonly nSwa: number;
+  /** Sliding window kind. */
+  readonly swaType: SwaType;
+  #layers: LayerStore[] = [];
+  #buffers: Array<[Backend, BackendBuffer]> = [];
+  #graphTensors = new WeakMap<Graph, Map<string, Tensor>>();
+
+  /** Allocate the per-layer K/V storage (zero-filled) and empty cells. */
+  constructor(o: KvCacheOptions) {
+    for (const k of ["size", "nLayer", "nHeadKv", "nEmbdHeadK", "nEmbdHeadV"] as const) {
+      if (!Number.isInteger(o[k]) || o[k] <= 0) throw new KvError(`KvCache: bad ${k} ${o[k]}`);
+    }
+    this.size = o.size;
+    this.nLayer = o.nLayer;
+    this.nHeadKv = o.nHeadKv;
+    this.nEmbdHeadK = o.nEmbdHeadK;
+    this.nEmbdHeadV = o.nEmbdHeadV;
+    this.typeK = o.typeK ?? GGMLType.F16;
+    this.typeV = o.typeV ?? GGMLType.F16;
+    this.vTrans = o.vTrans ?? true;
+    this.nSeqMax = o.nSeqMax ?? 1;
+    this.nPad = o.nPad ?? 1;
+    this.nSwa = o.nSwa ?? 0;
+    this.swaType = o.swaType ?? SwaType.NONE;
+    if (this.size % this.nPad !== 0) {
+      throw new KvError(`KvCache: size ${this.size} not a multiple of nPad ${this.nPad}`);
+    }
+    if (this.vTrans && this.typeV !== GGMLType.F16 && this.typeV !== GGMLType.F32) {
+      throw new KvError("KvCache: a transposed V cache must be F16 or F32");
+    }
+    this.cells = new KvCells(this.size);
+    const pick = typeof o.backend === "function" ? o.backend : () => o.backend as Backend;
+    const kBytes = alignUp(rowSize(this.typeK, this.nEmbdKGqa) * this.size, 64);
+    const vBytes = alignUp(rowSize(this.typeV, this.nEmbdVGqa) * this.size, 64);
+    const groups = new Map<Backend, number[]>();
+    for (let il = 0; il < this.nLayer; il++) {
+      const b = pick(il);
+      if (!groups.has(b)) groups.set(b, []);
+      groups.get(b)!.push(il);
+    }
+    for (const [b, layers] of groups) {
+      const buffer = b.alloc(layers.length * (kBytes + vBytes));
+      this.#buffers.push([b, buffer]);
+      layers.forEach((il, j) => {
+        const base = j * (kBytes + vBytes);
+        this.#layers[il] = { k: { buffer, offset: base }, v: { buffer, offset: base + kBytes } };
+      });
+    }
+  }
+
+  /** Key width of all heads. */
+  get nEmbdKGqa(): number {
+    return this.nEmbdHeadK * this.nHeadKv;
+  }
+
+  /** Value width of all heads. */
+  get nEmbdVGqa(): number {
+    return this.nEmbdHeadV * this.nHeadKv;
+  }
+
+  /** Bytes of K and V storage in all layers. */
+  get totalBytes(): number {
+    return this.#buffers.reduce((s, [, b]) => s + b.size, 0);
+  }
+
+  /** Where layer il's K and V bytes start. */
+  storage(il: number): { k: BufferRef; v: BufferRef } {
+    const l = this.#layers[il];
+    if (!l) throw new KvError(`KvCache: no layer ${il}`);
+    return l;
+  }
+
+  /** Free the storage. */
+  [Symbol.dispose](): void {
+    for (const [b, buf] of this.#buffers) b.free(buf);
+    this.#buffers = [];
+  }
+
+  // ---- sequences -------------------------------------------------------
+
+  /** Empty all cells; with `data`, zero the K/V bytes too. */
+  clear(data = false): void {
+    this.cells.reset();
+    this.head = 0;
+    if (data) { for (const [, b] of this.#buffers) b.bytes.fill(0); }
+  }
+
+  #range(p0: number, p1: number): [number, number] {
+    return [p0 < 0 ? 0 : p0, p1 < 0 ? Number.MAX_SAFE_INTEGER : p1];
+  }
+
+  #lowerHead(freed: number): void {
+    if (freed !== this.size && freed < this.head) this.head = freed;
+  }
+
+  /** Remove positions [p0, p1) of `seq` (-1: any sequence); negative bounds mean open. */
+  seqRm(seq: number, p0 = -1, p1 = -1): boolean {
+    if (seq !== -1) checkSeq(seq, this.nSeqMax);
+    [p0, p1] = this.#range(p0, p1);
+    const c = this.cells;
+    let freed = this.size;
+    for (let i = 0; i < this.size; i++) {
+      if (!c.posIn(i, p0, p1)) continue;
+      if (seq === -1) {
+        c.rm(i);
+        if (freed === this.size) freed = i;
+      } else if (c.seqHas(i, seq) && c.seqRm(i, seq) && freed === this.size) freed = i;
+    }
+    this.#lowerHead(freed);
+    return true;
+  }
+
+  /** Let `dst` also see the cells of `src` in [p0, p1). */
+  seqCp(src: number, dst: number, p0 = -1, p1 = -1): void {
+    checkSeq(src, this.nSeqMax), checkSeq(dst, this.nSeqMax);
+    if (src === dst) return;
+    [p0, p1] = this.#range(p0, p1);
+    const c = this.cells;
+    for (let i = 0; i < this.size; i++) {
+      if (c.posIn(i, p0, p1) && c.seqHas(i, src)) c.seqAdd(i, dst);
+    }
+  }
+
+  /** Drop every sequence but `seq`. */
+  seqKeep(seq: number): void {
+    checkSeq(seq, this.nSeqMax);
+    let freed = this.size;
+    for (let i = 0; i < this.size; i++) {
+      if (this.cells.seqKeep(i, seq) && freed === this.size) freed = i;
+    }
+    this.#lowerHead(freed);
+  }
+
+  /** Add `shift` to positions [p0, p1) of `seq` (cells going negative are freed). */
+  seqAdd(seq: number, p0: number, p1: number, shift: number): void {
+    checkSeq(seq, this.nSeqMax);
+    if (shift === 0) return;
+    [p0, p1] = this.#range(p0, p1);
+    if (p0 === p1) return;
+    const c = this.cells;
+    let freed = this.size;
+    for (let i = 0; i < this.size; i++) {
+      if (c.posIn(i, p0, p1) && c.seqHas(i, seq) && c.posAdd(i, shift) && freed === this.size) {
+        freed = i;
+      }
+    }
+    this.head = freed !== this.size ? freed : 0;
+  }
+
+  /** Divide positions [p0, p1) of `seq` by d (self-extend). */
+  seqDiv(seq: number, p0: number, p1: number, d: number): void {
+    checkSeq(seq, this.nSeqMax);
+    if (!Number.isInteger(d) || d <= 0) throw new KvError(`seqDiv: bad divisor ${d}`);
+    if (d === 1) return;
+    [p0, p1] = this.#range(p0, p1);
+    if (p0 === p1) return;
+    const c = this.cells;
+    for (let i = 0; i < this.size; i++) if (c.posIn(i, p0, p1) && c.seqHas(i, seq)) c.posDiv(i, d);
+  }
+
+  /** Smallest position of `seq` in the cache, -1 when absent. */
+  seqPosMin(seq: number): number {
+    checkSeq(seq, this.nSeqMax);
+    return this.cells.seqPosMin(seq);
+  }
+
+  /** Largest position of `seq` in the cache, -1 when absent. */
+  seqPosMax(seq: number): number {
+    checkSeq(seq, this.nSeqMax);
+    return this.cells.seqPosMax(seq);
+  }
+
+  // ---- slots -------------------------------------------------------------
+
+  /**
+   * Cells for the tokens of `ub` (llama_kv_cache::find_slot), without
+   * changing anything; null when the cache is full. `cont` requires one run.
+   */
+  findSlot(ub: Ubatch, cont = false): SlotInfo | null {
+    const c = this.cells;
+    const n = ub.nTokens;
+    if (n > this.size) return null;
+    let head = this.head;
+    // plenty of free cells before head: restart from 0 to fill holes
+    if (head > c.used + 2 * n) head = 0;
+    const idxs: number[] = [];
+    const nTest = cont ? n : 1;
+    let tested = 0;
+    while (true) {
+      if (head + nTest > this.size) {
+        tested += this.size - head;
+        head = 0;
+        continue;
+      }
+      for (let k = 0; k < nTest; k++) {
+        const i = head++;
+        tested++;
+        let ok = c.isEmpty(i);
+        if (!ok && c.seqCount(i) === 1) {
+          const s = c.seqGet(i);
+          ok = isMaskedSwa(this.nSwa, this.swaType, c.pos[i], c.seqPosMax(s) + 1);
+        }
+        if (ok) idxs.push(i);
+        else if (cont) break;
+      }
+      if (idxs.length === n) break;
+      if (cont) idxs.length = 0;
+      if (tested >= this.size) return null;
+    }
+    return { idxs };
+  }
+
+  /** Occupy the slot with the ubatch's tokens (llama_kv_cache::apply_ubatch). */
+  applyUbatch(slot: SlotInfo, ub: Ubatch): void {
+    if (slot.idxs.length !== ub.nTokens) {
+      throw new KvError(`applyUbatch: ${slot.idxs.length} cells for ${ub.nTokens} tokens`);
+    }
+    const c = this.cells;
+    const maxRm = new Map<number, number>();
+    slot.idxs.forEach((i, t) => {
+      if (!c.isEmpty(i)) {
+        const s = c.seqGet(i);
+        maxRm.set(s, Math.max(maxRm.get(s) ?? -1, c.pos[i]));
+        c.rm(i);
+      }
+      c.posSet(i, ub.pos[t]);
+      for (const s of ub.seqId[t]) {
+        checkSeq(s, this.nSeqMax);
+        c.seqAdd(i, s);
+      }
+    });
+    // keep each sequence gap-free: drop what lies below an overwritten (SWA) cell
+    for (const [s, pmax] of maxRm) {
+      const pmin = c.seqPosMin(s);
+      if (pmin >= 0 && pmin <= pmax) this.seqRm(s, pmin, pmax + 1);
+    }
+    this.head = slot.idxs[slot.idxs.length - 1] + 1;
+  }
+
+  /** Find slots for all ubatches as if applied in turn, then undo; null if one does not fit. */
+  prepare(ubatches: readonly Ubatch[]): SlotInfo[] | null {
+    const undo: Array<{ snap: ReturnType<KvCells["save"]>; head: number }> = [];
+    const out: SlotInfo[] = [];
+    let ok = true;
+    for (const ub of ubatches) {
+      const s = this.findSlot(ub);
+      if (!s) {
+        ok = false;
+        break;
+      }
+      out.push(s);
+      undo.push({ snap: this.cells.save(s.idxs), head: this.head });
+      this.applyUbatch(s, ub);
+    }
+    for (let k = undo.length - 1; k >= 0; k--) {
+      this.cells.restore(undo[k].snap);
+      this.head = undo[k].head;
+    }
+    return ok ? out : null;
+  }
+
+  /** Cells attention looks at: used extent padded to 256 (at least 256), at most size. */
+  nKv(): number {
+    const pad = Math.max(this.nPad, N_KV_PAD);
+    const used = Math.ceil(this.cells.usedMaxP1() / pad) * pad;
+    return Math.min(this.size, Math.max(pad, used));
+  }
+
+  // ---- mask --------------------------------------------------------------
+
+  /**
+   * Fill the KQ mask [nKv, nTokens] (row per token): 0 where token t may
+   * attend cell j (cell holds t's first sequence at a position <= t's,
+   * inside the SWA window), -inf elsewhere. F32 (Float32Array) or F16 bits
+   * (Uint16Array).
+   */
+  fillMask(ub: Ubatch, nKv: number, out: Float32Array | Uint16Array, o: MaskOptions = {}): void {
+    if (out.length !== nKv * ub.nTokens) {
+      throw new KvError(`fillMask: need ${nKv * ub.nTokens} values, got ${out.length}`);
+    }
+    if (nKv > this.size) throw new KvError(`fillMask: nKv ${nKv} > size ${this.size}`);
+    const causal = o.causal ?? true;
+    const half = out instanceof Uint16Array;
+    const c = this.cells;
+    const drop = half ? 0xfc00 : -Infinity;
+    for (let t = 0; t < ub.nTokens; t++) {
+      const s = ub.seqId[t][0];
+      const p1 = ub.pos[t];
+      const row = t * nKv;
+      for (let j = 0; j < nKv; j++) {
+        const p0 = c.pos[j];
+        let v: number = drop;
+        if (
+          p0 !== -1 && c.seqHas(j, s) && !(causal && p0 > p1) &&
+          !(this.swaType !== SwaType.NONE && isMaskedSwa(this.nSwa, this.swaType, p0, p1))
+        ) {
+          const a = o.alibi ? -Math.abs(p0 - p1) : 0;
+          v = half ? floatToHalf(a) : a;
+        }
+        out[row + j] = v;
+      }
+    }
+  }
+
+  // ---- K-shift -----------------------------------------------------------
+
+  /** Whether positions changed and keys need re-rotation. */
+  get hasShift(): boolean {
+    return this.cells.hasShift;
+  }
+
+  /** Per-cell position deltas (I32 [size], 0 for empty cells): the rope positions of the shift graph. */
+  shiftInput(): Int32Array {
+    const c = this.cells;
+    return Int32Array.from(c.pos, (p, i) => (p === -1 ? 0 : c.shift[i]));
+  }
+
+  /** Mark the shift as applied (after the shift graph ran). */
+  resetShift(): void {
+    this.cells.resetShift();
+  }
+
+  // ---- graph tensors -----------------------------------------------------
+
+  #external(g: Graph, il: number, which: "k" | "v"): Tensor {
+    let m = this.#graphTensors.get(g);
+    if (!m) this.#graphTensors.set(g, m = new Map());
+    const key = `${which}${il}`;
+    let t = m.get(key);
+    if (!t) {
+      const st = this.storage(il);
+      t = which === "k"
+        ? g.external(`cache_k_l${il}`, this.typeK, [this.nEmbdKGqa, this.size], st.k)
+        : this.vTrans
+        ? g.external(`cache_v_l${il}`, this.typeV, [this.size, this.nEmbdVGqa], st.v)
+        : g.external(`cache_v_l${il}`, this.typeV, [this.nEmbdVGqa, this.size], st.v);
+      m.set(key, t);
+    }
+    return t;
+  }
+
+  /** Whole K of layer il as a graph external: [nEmbdKGqa, size]. */
+  kTensor(g: Graph, il: number): Tensor {
+    return this.#external(g, il, "k");
+  }
+
+  /** Whole V of layer il: [size, nEmbdVGqa] when transposed, else [nEmbdVGqa, size]. */
+  vTensor(g: Graph, il: number): Tensor {
+    return this.#external(g, il, "v");
+  }
+
+  /** Keys of the first nKv cells: [headDimK, nKv, nHeadKv] (q·k via mulMat(k, q)). */
+  kView(g: Graph, il: number, nKv: number): Tensor {
+    const k = this.kTensor(g, il);
+    return g.view(k, [this.nEmbdHeadK, nKv, this.nHeadKv], [
+      rowSize(this.typeK, this.nEmbdKGqa),
+      rowSize(this.typeK, this.nEmbdHeadK),
+    ], 0);
+  }
+
+  /**
+   * Values of the first nKv cells: [nKv, headDimV, nHeadKv] when transposed
+   * (kqv = mulMat(v, kq)), else [headDimV, nKv, nHeadKv].
+   */
+  vView(g: Graph, il: number, nKv: number): Tensor {
+    const v = this.vTensor(g, il);
+    if (!this.vTrans) {
+      return g.view(v, [this.nEmbdHeadV, nKv, this.nHeadKv], [
+        rowSize(this.typeV, this.nEmbdVGqa),
+        rowSize(this.typeV, this.nEmbdHeadV),
+      ], 0);
+    }
+    return g.view(v, [nKv, this.nEmbdHeadV, this.nHeadKv], [
+      rowSize(this.typeV, this.size),
+      rowSize(this.typeV, this.size * this.nEmbdHeadV),
+    ], 0);
+  }
+
+  /** Rotated part of every cached key: [nRot, nHeadKv, size], for an in-place rope by {@link shiftInput}. */
+  kShiftView(g: Graph, il: number, nRot: number): Tensor {
+    const k = this.kTensor(g, il);
+    return g.view(k, [nRot, this.nHeadKv, this.size], [
+      rowSize(this.typeK, this.nEmbdHeadK),
+      rowSize(this.typeK, this.nEmbdKGqa),
+    ], 0);
+  }
+
+  // Token rows of cur [head, nHead, nTokens] or [width, nTokens] as runs of cells.
+  #runs(cur: Tensor, width: number, slot: SlotInfo, what: string) {
+    const threeD = !(cur.ne[0] === width && cur.ne[2] === 1);
+    const nTok = threeD ? cur.ne[2] : cur.ne[1];
+    if (cur.ne[0] * (threeD ? cur.ne[1] : 1) !== width || cur.ne[3] !== 1) {
+      throw new KvError(`${what}: ${cur.describe()} is not [${width}/heads, heads, tokens]`);
+    }
+    if (threeD && cur.ne[1] > 1 && cur.nb[1] !== rowSize(cur.type, cur.ne[0])) {
+      throw new KvError(`${what}: heads of ${cur.describe()} are not packed`);
+    }
+    if (slot.idxs.length !== nTok) {
+      throw new KvError(`${what}: ${slot.idxs.length} cells for ${nTok} tokens`);
+    }
+    const tokStride = threeD ? cur.nb[2] : cur.nb[1];
+    const runs: Array<{ t0: number; c0: number; len: number }> = [];
+    slot.idxs.forEach((c, t) => {
+      if (!Number.isInteger(c) || c < 0 || c >= this.size) {
+        throw new KvError(`${what}: cell ${c} out of range`);
+      }
+      const r = runs[runs.length - 1];
+      if (r && r.c0 + r.len === c) r.len++;
+      else runs.push({ t0: t, c0: c, len: 1 });
+    });
+    return { runs, tokStride };
+  }
+
+  /** Copy nodes storing kCur's token rows into the slot's cells (expanded into g, in order). */
+  storeK(g: Graph, il: number, kCur: Tensor, slot: SlotInfo): Tensor[] {
+    const k = this.kTensor(g, il);
+    const w = this.nEmbdKGqa;
+    const row = rowSize(this.typeK, w);
+    const { runs, tokStride } = this.#runs(kCur, w, slot, "storeK");
+    return runs.map(({ t0, c0, len }) => {
+      const src = g.view(kCur, [w, len], [tokStride], t0 * tokStride);
+      const node = g.cpy(src, g.view(k, [w, len], [row], c0 * row));
+      g.expand(node);
+      return node;
+    });
+  }
+
+  /** Copy nodes storing vCur's token rows (transposed when vTrans). */
+  storeV(g: Graph, il: number, vCur: Tensor, slot: SlotInfo): Tensor[] {
+    const v = this.vTensor(g, il);
+    const w = this.nEmbdVGqa;
+    const { runs, tokStride } = this.#runs(vCur, w, slot, "storeV");
+    return runs.map(({ t0, c0, len }) => {
+      const src = g.view(vCur, [w, len], [tokStride], t0 * tokStride);
+      const node = this.vTrans
+        ? g.cpy(
+          g.transpose(src),
+          g.view(v, [len, w], [rowSize(this.typeV, this.size)], c0 * rowSize(this.typeV, 1)),
+        )
+        : g.cpy(src, g.view(v, [w, len], [rowSize(this.typeV, w)], c0 * rowSize(this.typeV, w)));
+      g.expand(node);
+      return node;
+    });
+  }
+
+  // ---- defrag -------------------------------------------------------------
+
+  /** Moves that pack all used cells to the front (the last used cells fill the first holes). */
+  planDefrag(): DefragMove[] {
+    const c = this.cells;
+    const moves: Array<{ src: number; dst: number; len: number }> = [];
+    let hole = 0;
+    let tail = c.usedMaxP1() - 1;
+    while (true) {
+      while (hole < this.size && !c.isEmpty(hole)) hole++;
+      while (tail >= 0 && c.isEmpty(tail)) tail--;
+      if (hole >= tail) break;
+      const last = moves[moves.length - 1];
+      if (last && last.src + last.len === tail && last.dst + last.len === hole) last.len++;
+      else moves.push({ src: tail, dst: hole, len: 1 });
+      hole++;
+      tail--;
+    }
+    return moves;
+  }
+
+  /**
+   * Add the copy nodes of `moves` to g (every layer, K and V) and update the
+   * cells as if they ran. Run g before the next decode.
+   */
+  applyDefrag(g: Graph, moves: readonly DefragMove[]): Tensor[] {
+    const nodes: Tensor[] = [];
+    for (let il = 0; il < this.nLayer; il++) {
+      const k = this.kTensor(g, il), v = this.vTensor(g, il);
+      const rk = rowSize(this.typeK, this.nEmbdKGqa);
+      for (const m of moves) {
+        nodes.push(
+          g.cpy(
+            g.view(k, [this.nEmbdKGqa, m.len], [rk], m.src * rk),
+            g.view(k, [this.nEmbdKGqa, m.len], [rk], m.dst * rk),
+          ),
+        );
+        if (this.vTrans) {
+          const es = rowSize(this.typeV, 1), rs = rowSize(this.typeV, this.size);
+          nodes.push(
+            g.cpy(
+              g.view(v, [m.len, this.nEmbdVGqa], [rs], m.src * es),
+              g.view(v, [m.len, this.nEmbdVGqa], [rs], m.dst * es),
+            ),
+          );
+        } else {
+          const rv = rowSize(this.typeV, this.nEmbdVGqa);
+          nodes.push(
+            g.cpy(
+              g.view(v, [this.nEmbdVGqa, m.len], [rv], m.src * rv),
+              g.view(v, [this.nEmbdVGqa, m.len], [rv], m.dst * rv),
+            ),
+          );
+        }
+      }
+    }
+    for (const n of nodes) g.expand(n);
+    for (const m of moves) for (let k = 0; k < m.len; k++) this.cells.move(m.src + k, m.dst + k);
+    this.head = this.cells.used;
+    return nodes;
+  }
+}

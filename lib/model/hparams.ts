@@ -1,0 +1,153 @@
+/**
+ * Hyper-parameters of a transformer model, read from GGUF metadata with
+ * llama.cpp's keys and defaults, plus the derived RoPE settings a context
+ * uses (llama_context's cparams).
+ *
+ * @module
+ */
+import type { GGUFHeader } from "../gguf/mod.ts";
+import { RopeMode } from "../graph/ops.ts";
+
+/** Thrown when a model's metadata is missing or inconsistent. */
+export class ModelError extends Error {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "ModelError";
+  }
+}
+
+/** RoPE settings as the graph's rope op takes them. */
+export interface RopeParams {
+  /** Rotated dimensions of each head. */
+  readonly nDims: number;
+  /** 0 normal (interleaved pairs), 2 NeoX (halves). */
+  readonly mode: number;
+  readonly nCtxOrig: number;
+  readonly freqBase: number;
+  readonly freqScale: number;
+  readonly extFactor: number;
+  readonly attnFactor: number;
+  readonly betaFast: number;
+  readonly betaSlow: number;
+}
+
+/** A decoder-only transformer's shape. */
+export interface HParams {
+  /** `general.architecture`. */
+  readonly arch: string;
+  readonly nVocab: number;
+  readonly nCtxTrain: number;
+  readonly nEmbd: number;
+  readonly nLayer: number;
+  readonly nHead: number;
+  readonly nHeadKv: number;
+  readonly nFF: number;
+  /** Dimension of each K head (and Q head). */
+  readonly headDimK: number;
+  /** Dimension of each V head. */
+  readonly headDimV: number;
+  readonly normEps: number;
+  readonly rope: RopeParams;
+}
+
+/** Architectures whose forward pass this engine builds. */
+export const SUPPORTED_ARCHS = ["llama", "qwen2"] as const;
+
+// llama.cpp's llama_model_rope_type: which families rotate halves (NeoX).
+const NEOX_ARCHS = new Set([
+  "qwen2",
+  "qwen2moe",
+  "qwen3",
+  "phi2",
+  "phi3",
+  "gemma",
+  "gemma2",
+  "stablelm",
+  "gptneox",
+  "falcon",
+]);
+
+function scalarOrFirst(h: GGUFHeader, key: string, fallback?: number): number {
+  const kv = h.get(key);
+  if (!kv) {
+    if (fallback === undefined) throw new ModelError(`${h.path}: missing metadata key ${key}`);
+    return fallback;
+  }
+  if (typeof kv.value === "object") {
+    const vals = kv.value.values;
+    // Per-layer arrays: this engine needs them uniform.
+    const first = Number((vals as ArrayLike<number | bigint>)[0]);
+    for (let i = 1; i < vals.length; i++) {
+      if (Number((vals as ArrayLike<number | bigint>)[i]) !== first) {
+        throw new ModelError(`${h.path}: per-layer ${key} values differ; not supported`);
+      }
+    }
+    return first;
+  }
+  return h.number(key);
+}
+
+/** Reads the hyper-parameters of `header` (throws ModelError naming the missing key). */
+export function readHParams(header: GGUFHeader): HParams {
+  const arch = header.string("general.architecture");
+  const k = (s: string) => `${arch}.${s}`;
+  const nEmbd = scalarOrFirst(header, k("embedding_length"));
+  const nHead = scalarOrFirst(header, k("attention.head_count"));
+  const nHeadKv = scalarOrFirst(header, k("attention.head_count_kv"), nHead);
+  const nCtxTrain = scalarOrFirst(header, k("context_length"));
+  const tokens = header.strings("tokenizer.ggml.tokens");
+  const nVocab = scalarOrFirst(header, k("vocab_size"), tokens?.length ?? 0);
+  if (nHead <= 0 || nEmbd % nHead !== 0) {
+    throw new ModelError(
+      `${header.path}: embedding_length ${nEmbd} is not a multiple of head_count ${nHead}`,
+    );
+  }
+  if (nHeadKv <= 0 || nHead % nHeadKv !== 0) {
+    throw new ModelError(
+      `${header.path}: head_count ${nHead} is not a multiple of head_count_kv ${nHeadKv}`,
+    );
+  }
+  const headDimK = scalarOrFirst(header, k("attention.key_length"), nEmbd / nHead);
+  const headDimV = scalarOrFirst(header, k("attention.value_length"), nEmbd / nHead);
+  const nRot = scalarOrFirst(header, k("rope.dimension_count"), headDimK);
+  const scaling = header.string(k("rope.scaling.type"), "linear");
+  const factor = header.get(k("rope.scaling.factor"))
+    ? header.number(k("rope.scaling.factor"))
+    : header.number(k("rope.scale_linear"), 0);
+  const freqScale = scaling === "none" || factor === 0 ? 1 : 1 / factor;
+  const yarn = scaling === "yarn";
+  // llama_context: ext_factor is 1 under YaRN, and attn_factor gets YaRN's
+  // mscale cancelled by 1/(1 + 0.1 ln factor) so the two multiply to 1.
+  let attnFactor = 1;
+  if (yarn && freqScale !== 1) {
+    const f = 1 / freqScale;
+    const mscale = f <= 1 ? 1 : 0.1 * Math.log(f) + 1;
+    attnFactor = Math.fround(mscale * Math.fround(1 / (1 + 0.1 * Math.log(f))));
+  }
+  attnFactor *= header.number(k("rope.scaling.attn_factor"), 1);
+  return {
+    arch,
+    nVocab,
+    nCtxTrain,
+    nEmbd,
+    nLayer: scalarOrFirst(header, k("block_count")),
+    nHead,
+    nHeadKv,
+    nFF: scalarOrFirst(header, k("feed_forward_length")),
+    headDimK,
+    headDimV,
+    normEps: header.number(k("attention.layer_norm_rms_epsilon"), 1e-5),
+    rope: {
+      nDims: nRot,
+      mode: NEOX_ARCHS.has(arch) ? RopeMode.NEOX : RopeMode.NORMAL,
+      nCtxOrig: scalarOrFirst(header, k("rope.scaling.original_context_length"), nCtxTrain),
+      freqBase: header.number(k("rope.freq_base"), 10000),
+      freqScale,
+      extFactor: yarn ? 1 : 0,
+      attnFactor,
+      betaFast: 32,
+      betaSlow: 1,
+    },
+  };
+}

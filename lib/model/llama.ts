@@ -1,0 +1,118 @@
+/**
+ * The llama-family forward pass as a graph (llama 1/2/3, mistral, qwen2 with
+ * its q/k/v biases): llama.cpp's build_llama with the non-flash attention
+ * path, step for step, so the same ops run in the same order.
+ *
+ * @module
+ */
+import type { Graph, Tensor } from "../graph/graph.ts";
+import { GGMLType } from "../gguf/types.ts";
+import type { KvCache, SlotInfo } from "../kv/cache.ts";
+import type { HParams } from "./hparams.ts";
+import type { LlamaWeights, WeightLeaves } from "./weights.ts";
+
+/** What one evaluation of the graph covers. */
+export interface LlamaStep {
+  /** Tokens in the micro-batch. */
+  readonly nTokens: number;
+  /** Rows that produce logits (indices into the micro-batch). */
+  readonly nOutputs: number;
+  /** Cache cells the attention reads (the padded window). */
+  readonly nKv: number;
+  /** Cells receiving this micro-batch's keys and values. */
+  readonly slot: SlotInfo;
+}
+
+/** The graph's inputs, to be filled before compute, and its output. */
+export interface LlamaGraph {
+  /** I32 [nTokens] token ids. */
+  readonly tokens: Tensor;
+  /** I32 [nTokens] positions. */
+  readonly pos: Tensor;
+  /** F32 [nKv, nTokens] additive attention mask. */
+  readonly mask: Tensor;
+  /** I32 [nOutputs] rows kept for the logits, or null when every row is. */
+  readonly outIds: Tensor | null;
+  /** F32 [nVocab, nOutputs]. */
+  readonly logits: Tensor;
+}
+
+function withBias(g: Graph, x: Tensor, b: Tensor | undefined): Tensor {
+  return b ? g.add(x, b) : x;
+}
+
+/** One attention block: q/k/v projections, RoPE, cache store, softmax(qk)v, output projection. */
+function attention(
+  g: Graph,
+  x: Tensor,
+  il: number,
+  hp: HParams,
+  lw: LlamaWeights["layers"][number],
+  w: WeightLeaves,
+  kv: KvCache,
+  io: { pos: Tensor; mask: Tensor },
+  step: LlamaStep,
+): Tensor {
+  const n = step.nTokens;
+  const { nHead, nHeadKv, headDimK, headDimV, rope } = hp;
+  let q = withBias(g, g.mulMat(w.get(lw.wq), x), lw.bq && w.get(lw.bq));
+  let k = withBias(g, g.mulMat(w.get(lw.wk), x), lw.bk && w.get(lw.bk));
+  let v = withBias(g, g.mulMat(w.get(lw.wv), x), lw.bv && w.get(lw.bv));
+  q = g.reshape(q, [headDimK, nHead, n]);
+  k = g.reshape(k, [headDimK, nHeadKv, n]);
+  v = g.reshape(v, [headDimV, nHeadKv, n]);
+  q = g.rope(q, io.pos, rope);
+  k = g.rope(k, io.pos, rope);
+  kv.storeK(g, il, k, step.slot);
+  kv.storeV(g, il, v, step.slot);
+
+  // Heads become the outer dimension so one mul_mat per head pair does q·k.
+  const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead]
+  let kq = g.mulMat(kv.kView(g, il, step.nKv), qh); // [nKv, n, nHead]
+  kq = g.softMax(kq, { mask: io.mask, scale: 1 / Math.sqrt(headDimK) });
+  const kqv = g.mulMat(kv.vView(g, il, step.nKv), kq); // [headDimV, n, nHead]
+  const merged = g.cont(g.permute(kqv, 0, 2, 1, 3), [headDimV * nHead, n]);
+  return g.mulMat(w.get(lw.wo), merged);
+}
+
+/** Builds the forward pass of one micro-batch into `g`. */
+export function buildLlamaGraph(
+  g: Graph,
+  hp: HParams,
+  weights: LlamaWeights,
+  w: WeightLeaves,
+  kv: KvCache,
+  step: LlamaStep,
+): LlamaGraph {
+  const n = step.nTokens;
+  const tokens = g.input("inp_tokens", GGMLType.I32, [n]);
+  const pos = g.input("inp_pos", GGMLType.I32, [n]);
+  const mask = g.input("kq_mask", GGMLType.F32, [step.nKv, n]);
+  const outIds = step.nOutputs < n ? g.input("inp_out_ids", GGMLType.I32, [step.nOutputs]) : null;
+  const io = { pos, mask };
+
+  let inpL = g.getRows(w.get(weights.tokEmbd), tokens);
+  for (let il = 0; il < hp.nLayer; il++) {
+    g.setLayer(il);
+    const lw = weights.layers[il];
+    let inpSA = inpL;
+    let cur = g.mul(g.rmsNorm(inpL, hp.normEps), w.get(lw.attnNorm));
+    cur = attention(g, cur, il, hp, lw, w, kv, io, step);
+    if (il === hp.nLayer - 1 && outIds) {
+      // Rows without outputs stop here: the last FFN runs only where logits are wanted.
+      cur = g.getRows(cur, outIds);
+      inpSA = g.getRows(inpSA, outIds);
+    }
+    const ffnInp = g.add(cur, inpSA);
+    cur = g.mul(g.rmsNorm(ffnInp, hp.normEps), w.get(lw.ffnNorm));
+    const gate = g.mulMat(w.get(lw.ffnGate), cur);
+    const up = g.mulMat(w.get(lw.ffnUp), cur);
+    cur = g.mulMat(w.get(lw.ffnDown), g.swiglu(gate, up));
+    inpL = g.add(cur, ffnInp);
+  }
+  g.setLayer(-1);
+  const normed = g.mul(g.rmsNorm(inpL, hp.normEps), w.get(weights.outputNorm));
+  const logits = g.mulMat(w.get(weights.output), normed);
+  g.markOutput(logits);
+  return { tokens, pos, mask, outIds, logits };
+}
