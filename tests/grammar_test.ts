@@ -74,7 +74,11 @@ Deno.test("edge-case grammars build in both and match the same strings", () => {
     for (let i = 0; i < 60; i++) {
       let s = walk(src, r, 3 + Math.floor(r() * 10)) ?? "";
       if (i % 2) s = mutate(s, r);
-      assert.equal(oursMatch(g, s), sampling.grammarMatches(src, s), `${src}: ${JSON.stringify(s)}`);
+      assert.equal(
+        oursMatch(g, s),
+        sampling.grammarMatches(src, s),
+        `${src}: ${JSON.stringify(s)}`,
+      );
     }
   }
 });
@@ -84,12 +88,12 @@ const BAD: [string, number, number][] = [
   ['root ::= "abc', 1, 14],
   ["root ::= [a-z", 1, 14],
   ["root ::= foo", 1, 10],
-  ["root = \"a\"", 1, 6],
+  ['root = "a"', 1, 6],
   ['root ::= "a" )', 1, 14],
   ['root ::= ("a"', 1, 14],
   ['root ::= "\\q"', 1, 11],
   ['root ::= "\\x4"', 1, 13],
-  ["root ::= * \"a\"", 1, 10],
+  ['root ::= * "a"', 1, 10],
   ['root ::= "a"{', 1, 14],
   ['root ::= "a"{2', 1, 15],
   ['root ::= "a"{2,3', 1, 17],

@@ -4,8 +4,9 @@
  * and validate (ajv). The converter's grammars must also build in llama.cpp.
  */
 import assert from "node:assert/strict";
+// deno-lint-ignore no-import-prefix -- deno.json (lead-owned) has no import map entry for ajv
 import { Ajv } from "npm:ajv@8.17.1";
-import { jsonSchemaToGrammar, type JsonSchema } from "../lib/grammar/json_schema.ts";
+import { type JsonSchema, jsonSchemaToGrammar } from "../lib/grammar/json_schema.ts";
 import { GrammarSampler, GrammarVocabIndex } from "../lib/grammar/sampler.ts";
 import { SamplerChain } from "../lib/sample/chain.ts";
 import { DistSampler, TopKSampler } from "../lib/sample/samplers.ts";
@@ -63,9 +64,15 @@ const oracle = await loadOracle();
 function compile(schema: JsonSchema) {
   const ajv = new Ajv({ strict: false });
   ajv.addFormat("date", /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/);
-  ajv.addFormat("time", /^([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{3})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/);
+  ajv.addFormat(
+    "time",
+    /^([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{3})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/,
+  );
   ajv.addFormat("date-time", /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T.+$/);
-  ajv.addFormat("uuid", /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/);
+  ajv.addFormat(
+    "uuid",
+    /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/,
+  );
   return ajv.compile(schema as object);
 }
 
@@ -79,7 +86,10 @@ Deno.test("schema grammars build in llama.cpp", () => {
 Deno.test("constrained generation always yields valid JSON (json.gbnf + 20 schemas, 100 seeds)", () => {
   using model = oracle.load("../shared/models/tolstoy-6m-f32.gguf", { vocabOnly: true });
   const eog = sampling.eogTokens(model);
-  const pieces = Array.from({ length: model.nVocab }, (_, i) => model.pieceBytes(i, { special: true }));
+  const pieces = Array.from(
+    { length: model.nVocab },
+    (_, i) => model.pieceBytes(i, { special: true }),
+  );
   const vocab = { nVocab: model.nVocab, pieces: (i: number) => pieces[i], eogTokens: eog };
   const index = new GrammarVocabIndex(vocab);
   const eos = model.eos;

@@ -130,7 +130,13 @@ Deno.test("single samplers keep llama.cpp's candidates and probabilities", () =>
       bias.push([Math.floor(r() * n), -Infinity]);
       const cases: OracleSamplerSpec[][] = [
         [{ kind: "logit_bias", bias }],
-        [{ kind: "penalties", lastN: 1 + Math.floor(r() * 64), repeat: 1 + r(), freq: r(), present: r() }],
+        [{
+          kind: "penalties",
+          lastN: 1 + Math.floor(r() * 64),
+          repeat: 1 + r(),
+          freq: r(),
+          present: r(),
+        }],
         [{ kind: "top_k", k: [1, 40, 100, 500, 5000][trial % 5] }],
         [{ kind: "typical", p: 0.2 + 0.7 * r(), minKeep: mk }],
         [{ kind: "top_p", p: [0.1, 0.5, 0.9, 0.95, 0.99, 0.999][trial], minKeep: mk }],
@@ -167,17 +173,32 @@ Deno.test("seeded chains pick llama.cpp's tokens step by step (penalties, dist, 
   for (const n of NV) {
     for (let trial = 0; trial < 3; trial++) {
       const seed = Math.floor(r() * 1e6);
-      compare([
-        { kind: "penalties", lastN: 16, repeat: 1.3, freq: 0.2, present: 0.1 },
-        { kind: "top_k", k: 40 },
-        { kind: "typical", p: 1, minKeep: 0 },
-        { kind: "top_p", p: 0.95, minKeep: 0 },
-        { kind: "min_p", p: 0.05, minKeep: 0 },
-        { kind: "temp_ext", t: 0.8, delta: 0, exponent: 1 },
-        { kind: "dist", seed },
-      ], n, 30, r);
-      compare([{ kind: "temp", t: 0.8 }, { kind: "mirostat", seed, tau: 5, eta: 0.1, m: 100 }], n, 30, r);
-      compare([{ kind: "temp", t: 1.0 }, { kind: "mirostat_v2", seed, tau: 3, eta: 0.2 }], n, 30, r);
+      compare(
+        [
+          { kind: "penalties", lastN: 16, repeat: 1.3, freq: 0.2, present: 0.1 },
+          { kind: "top_k", k: 40 },
+          { kind: "typical", p: 1, minKeep: 0 },
+          { kind: "top_p", p: 0.95, minKeep: 0 },
+          { kind: "min_p", p: 0.05, minKeep: 0 },
+          { kind: "temp_ext", t: 0.8, delta: 0, exponent: 1 },
+          { kind: "dist", seed },
+        ],
+        n,
+        30,
+        r,
+      );
+      compare(
+        [{ kind: "temp", t: 0.8 }, { kind: "mirostat", seed, tau: 5, eta: 0.1, m: 100 }],
+        n,
+        30,
+        r,
+      );
+      compare(
+        [{ kind: "temp", t: 1.0 }, { kind: "mirostat_v2", seed, tau: 3, eta: 0.2 }],
+        n,
+        30,
+        r,
+      );
       compare([{ kind: "top_k", k: 10 }, { kind: "greedy" }], n, 5, r);
       compare([{ kind: "dist", seed }], n, 20, r);
     }
@@ -209,11 +230,14 @@ Deno.test("samplerChainFromOptions reproduces the default chain and reset re-see
     first.push(got);
   }
   ours.reset();
-  assert.deepEqual(rows.map((row) => {
-    const t = ours.sample(row);
-    ours.accept(t);
-    return t;
-  }), first);
+  assert.deepEqual(
+    rows.map((row) => {
+      const t = ours.sample(row);
+      ours.accept(t);
+      return t;
+    }),
+    first,
+  );
   // temperature 0: the chain still ends in dist but always takes the best logit.
   const greedy = samplerChainFromOptions({ nVocab: n, temperature: 0, seed: 7 });
   for (const row of rows) {

@@ -1,6 +1,7 @@
 /* Row-wise ops with ggml's semantics (see ggml-cpu/ops.cpp at the oracle
  * revision): each thread takes a contiguous range of dst rows. */
 #include "le_internal.h"
+#include "vexp.h"
 
 #include <stdio.h>
 
@@ -126,8 +127,6 @@ static void op_scale(const le_node *n, const le_compute_params *p) {
   END_ROWS
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
 /* ggml's CPU gelu (GGML_GELU_FP16): a table of the tanh approximation over
  * every f16 input, i.e. f16(gelu(f16(x))), clamped outside +-10. */
 static inline float gelu_f32(float x) {
@@ -147,12 +146,12 @@ static void op_unary(const le_node *n, const le_compute_params *p) {
   const float *x = (const float *)ROW(s0, i1, i2, i3);
   float *y = (float *)ROW(d, i1, i2, i3);
   if (n->op == LE_OP_SILU) {
-    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = silu(x[i]);
+    le_vec_swiglu_f32(d->ne[0], y, x, NULL);
   } else if (n->op == LE_OP_GELU) {
     for (int64_t i = 0; i < d->ne[0]; i++) y[i] = gelu_table(x[i]);
   } else { /* SWIGLU */
     const float *g = (const float *)ROW(&n->src[1], i1, i2, i3);
-    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = silu(x[i]) * g[i];
+    le_vec_swiglu_f32(d->ne[0], y, x, g);
   }
   END_ROWS
 }
@@ -183,12 +182,7 @@ static void op_soft_max(const le_node *n, const le_compute_params *p) {
   }
   float max = -INFINITY;
   for (int64_t i = 0; i < ne0; i++) max = LE_MAX(max, y[i]);
-  double sum = 0.0;
-  for (int64_t i = 0; i < ne0; i++) {
-    const float e = expf(y[i] - max);
-    sum += (double)e;
-    y[i] = e;
-  }
+  const double sum = le_vec_soft_max_f32(ne0, y, y, max);
   const float inv = (float)(1.0 / sum);
   for (int64_t i = 0; i < ne0; i++) y[i] *= inv;
   END_ROWS

@@ -64,32 +64,6 @@ LE_TARGET_AVX2 static void dot_q8_0_avx2(int64_t n, float *s, const void *vx, co
   *s = le_hsum_ps256(acc);
 }
 
-LE_TARGET_AVX512 static void dot_q8_0_avx512(int64_t n, float *s, const void *vx, const void *vy) {
-  const le_block_q8_0 *x = vx, *y = vy;
-  const int64_t nb = n / LE_QK;
-  __m512 acc = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 1 < nb; i += 2) {
-    const __m512i qx = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[i].qs)),
-        _mm256_loadu_si256((const __m256i *)x[i + 1].qs), 1);
-    const __m512i qy = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[i].qs)),
-        _mm256_loadu_si256((const __m256i *)y[i + 1].qs), 1);
-    const __m512 d =
-        le_join_ps256(_mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d)),
-                      _mm256_set1_ps(le_h2f(x[i + 1].d) * le_h2f(y[i + 1].d)));
-    acc = _mm512_fmadd_ps(d, le_mul_sum_i8_avx512(qx, qy), acc);
-  }
-  __m256 acc2 = le_fold_ps512(acc);
-  for (; i < nb; i++) {
-    const __m256 d = _mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d));
-    const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-    acc2 = _mm256_fmadd_ps(d, le_mul_sum_i8_avx2(qx, qy), acc2);
-  }
-  *s = le_hsum_ps256(acc2);
-}
 #endif
 
 #if defined(LE_NEON)
@@ -122,7 +96,10 @@ const le_type_traits le_traits_q8_0 = {
         [LE_SIMD_SCALAR] = dot_q8_0_scalar,
 #if defined(LE_X86)
         [LE_SIMD_AVX2] = dot_q8_0_avx2,
-        [LE_SIMD_AVX512] = dot_q8_0_avx512,
+        /* llama.cpp's x86 q8_0 dot has only the 8-lane AVX2 form, also in its
+         * AVX-512 builds; a 16-lane sum would round differently, and those
+         * last bits flip activation quantization downstream. */
+        [LE_SIMD_AVX512] = dot_q8_0_avx2,
 #endif
 #if defined(LE_NEON)
         [LE_SIMD_NEON] = dot_q8_0_neon,

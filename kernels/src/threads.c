@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define LE_SPIN 4096
 
@@ -37,6 +38,10 @@ struct le_ctx {
   atomic_int failed;
   char fail_msg[256];
   char error[512]; /* le_ctx_error */
+  /* LE_PROFILE=1: thread 0's wall time per op (node + its barrier), printed at free */
+  int profile;
+  double prof_ns[LE_OP_COUNT];
+  long prof_n[LE_OP_COUNT];
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
@@ -91,12 +96,27 @@ void le_ctx_fail(le_ctx *ctx, const char *msg) {
     snprintf(ctx->fail_msg, sizeof ctx->fail_msg, "%s", msg);
 }
 
+static double le_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
 static void le_run_nodes(le_ctx *ctx, int ith) {
   le_compute_params p = {
       .ith = ith, .nth = ctx->n_threads, .ctx = ctx, .wdata = ctx->wdata, .wsize = ctx->wsize};
+  const int prof = ctx->profile && ith == 0;
   for (int i = 0; i < ctx->n_nodes; i++) {
+    const double t0 = prof ? le_now_ns() : 0;
     le_node_compute(&ctx->nodes[i], &p);
     le_barrier(ctx);
+    if (prof) {
+      const int op = ctx->nodes[i].op;
+      if (op >= 0 && op < LE_OP_COUNT) {
+        ctx->prof_ns[op] += le_now_ns() - t0;
+        ctx->prof_n[op]++;
+      }
+    }
   }
 }
 
@@ -124,6 +144,8 @@ le_ctx *le_ctx_new(int32_t n_threads) {
     return NULL;
   }
   ctx->n_threads = n_threads;
+  const char *prof = getenv("LE_PROFILE");
+  ctx->profile = prof && *prof && *prof != '0';
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv, NULL);
   (void)le_simd(); /* detect CPU features once, before any worker runs */
@@ -148,6 +170,14 @@ le_ctx *le_ctx_new(int32_t n_threads) {
 
 void le_ctx_free(le_ctx *ctx) {
   if (!ctx) return;
+  if (ctx->profile) {
+    double tot = 0;
+    for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
+    for (int i = 0; i < LE_OP_COUNT; i++)
+      if (ctx->prof_n[i])
+        fprintf(stderr, "le_profile op %2d: %10.3f ms %5.1f%% (%ld nodes)\n", i,
+                ctx->prof_ns[i] / 1e6, 100 * ctx->prof_ns[i] / tot, ctx->prof_n[i]);
+  }
   atomic_store(&ctx->stop, 1);
   atomic_fetch_add(&ctx->job_gen, 1);
   pthread_mutex_lock(&ctx->mu);

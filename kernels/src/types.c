@@ -1,11 +1,13 @@
 /* The type registry and the row helpers exported for tests and tools. */
-#include "le_internal.h"
+#include "q_common.h"
 
 #include <stdlib.h>
 
 /* Adding a type: write q_<type>.c with its traits and list it here. */
 static const le_type_traits *const le_all_traits[] = {
-    &le_traits_f32, &le_traits_f16, &le_traits_bf16, &le_traits_q8_0, &le_traits_q4_0,
+    &le_traits_f32,  &le_traits_f16,  &le_traits_bf16, &le_traits_q8_0, &le_traits_q4_0,
+    &le_traits_q4_1, &le_traits_q5_0, &le_traits_q5_1, &le_traits_q8_1, &le_traits_q2_k,
+    &le_traits_q3_k, &le_traits_q4_k, &le_traits_q5_k, &le_traits_q6_k, &le_traits_q8_k,
 };
 
 const le_type_traits *le_traits(int32_t type) {
@@ -51,6 +53,10 @@ int32_t le_vec_dot(int32_t type, int64_t n, const void *x, const float *y, float
   const le_type_traits *t = row_traits("le_vec_dot", type, n);
   if (!t) return -1;
   const le_type_traits *vt = le_traits(t->vec_dot_type);
+  if (!t->vec_dot[LE_SIMD_SCALAR] || !vt || !vt->from_float_act) {
+    le_set_error("le_vec_dot: %s is an activation type, not a weight type", t->name);
+    return -1;
+  }
   void *tmp = malloc(le_row_size(vt, n) + 64);
   if (!tmp) {
     le_set_error("le_vec_dot: out of memory");

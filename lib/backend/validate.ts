@@ -20,9 +20,29 @@ export class NodeValidationError extends Error {
   }
 }
 
-const { F32, F16, BF16, Q8_0, Q4_0, I32 } = GGMLType;
+const { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, I32 } =
+  GGMLType;
 /** Types whose rows the kernels can read (dequantize / multiply). */
-export const COMPUTE_TYPES: readonly number[] = [F32, F16, BF16, Q8_0, Q4_0];
+export const COMPUTE_TYPES: readonly number[] = [
+  F32,
+  F16,
+  BF16,
+  Q8_0,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q2_K,
+  Q3_K,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+];
+/**
+ * Types a CPY may write: the K-quants' search-based quantizers exist only in
+ * C, so the reference backend could not mirror a copy into them.
+ */
+export const CPY_DST_TYPES: readonly number[] = [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1];
 
 const FLOAT_TYPES: readonly number[] = [F32, F16, BF16];
 
@@ -85,7 +105,7 @@ export function opSupported(q: OpQuery): boolean {
     case Op.SOFT_MAX:
       return s0 === F32 && q.dstType === F32 && (s1 === undefined || s1 === F32 || s1 === F16);
     case Op.CPY:
-      return FLOAT_TYPES.includes(s0) && COMPUTE_TYPES.includes(q.dstType);
+      return FLOAT_TYPES.includes(s0) && CPY_DST_TYPES.includes(q.dstType);
     case Op.MUL:
     case Op.ADD:
     case Op.SWIGLU:

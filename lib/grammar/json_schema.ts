@@ -64,6 +64,7 @@ export type JsonSchema = boolean | Record<string, any>;
 
 /** A schema that cannot be converted (unresolved $ref, bad type). */
 export class JsonSchemaError extends Error {
+  /** Creates the instance. */
   constructor(message: string) {
     super(`json schema: ${message}`);
     this.name = "JsonSchemaError";
@@ -185,7 +186,10 @@ class Converter {
     const req: string[] = [], opt: string[] = [];
     for (const [p, s] of props) {
       const r = this.visit(s, pre + p);
-      kv.set(p, this.addRule(`${pre}${p}-kv`, `${formatLiteral(JSON.stringify(p))} space ":" space ${r}`));
+      kv.set(
+        p,
+        this.addRule(`${pre}${p}-kv`, `${formatLiteral(JSON.stringify(p))} space ":" space ${r}`),
+      );
       (required.has(p) ? req : opt).push(p);
     }
     if (additional !== undefined && additional !== false) {
@@ -207,7 +211,9 @@ class Converter {
         if (!ks.length) return "";
         const k = ks[0], r = kv.get(k)!;
         const comma = `( "," space ${r} )`;
-        let res = firstOptional ? comma + (k === "*" ? "*" : "?") : r + (k === "*" ? ` ${comma}*` : "");
+        let res = firstOptional
+          ? comma + (k === "*" ? "*" : "?")
+          : r + (k === "*" ? ` ${comma}*` : "");
         if (ks.length > 1) res += " " + this.addRule(`${pre}${k}-rest`, rest(ks.slice(1), true));
         return res;
       };
@@ -285,9 +291,13 @@ class Converter {
     if (type === "integer") {
       let min = -Infinity, max = Infinity;
       if (typeof s.minimum === "number") min = Math.ceil(s.minimum);
-      if (typeof s.exclusiveMinimum === "number") min = Math.max(min, Math.floor(s.exclusiveMinimum) + 1);
+      if (typeof s.exclusiveMinimum === "number") {
+        min = Math.max(min, Math.floor(s.exclusiveMinimum) + 1);
+      }
       if (typeof s.maximum === "number") max = Math.floor(s.maximum);
-      if (typeof s.exclusiveMaximum === "number") max = Math.min(max, Math.ceil(s.exclusiveMaximum) - 1);
+      if (typeof s.exclusiveMaximum === "number") {
+        max = Math.min(max, Math.ceil(s.exclusiveMaximum) - 1);
+      }
       if (min === -Infinity && max === Infinity) {
         return this.primitive(ruleName === "root" ? "root" : "integer", "integer");
       }
@@ -317,7 +327,7 @@ class Converter {
       }
     };
     for (const p of parts) {
-      if (typeof p === "object" && p.anyOf) for (const a of p.anyOf) add(a, false);
+      if (typeof p === "object" && p.anyOf) { for (const a of p.anyOf) add(a, false); }
       else add(p, true);
     }
     return this.addRule(ruleName, this.objectRule(props, required, name, undefined));

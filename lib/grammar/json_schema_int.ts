@@ -12,7 +12,12 @@ function digits(c: string, d: number): string {
 }
 
 /** Alternatives (without outer parentheses) matching integers in [min, max]. */
-export function buildMinMaxInt(min: number, max: number, decimalsLeft = 16, topLevel = true): string {
+export function buildMinMaxInt(
+  min: number,
+  max: number,
+  decimalsLeft = 16,
+  topLevel = true,
+): string {
   let out = "";
   const hasMin = min !== -Infinity, hasMax = max !== Infinity;
   const range = (from: string, to: string) => {

@@ -21,6 +21,7 @@ export class GrammarStack {
   /** Cached successors by code point (only for char-topped stacks). */
   readonly next = new Map<number, GrammarStack[]>();
 
+  /** Creates the instance. */
   constructor(elems: Int32Array, key: string) {
     this.elems = elems;
     this.key = key;
@@ -34,7 +35,9 @@ export class GrammarStack {
 
 /** Partial UTF-8 state: value so far and bytes still expected (-1: invalid). */
 export interface PartialUtf8 {
+  /** Bits decoded so far. */
   value: number;
+  /** Continuation bytes still expected (-1: invalid sequence). */
   nRemain: number;
 }
 
@@ -86,6 +89,7 @@ export class CompiledGrammar {
   #interned = new Map<string, GrammarStack>();
   #advanced = new Map<string, GrammarStack[]>();
 
+  /** Creates the instance. */
   constructor(g: ParsedGrammar) {
     let n = 0;
     for (const r of g.rules) n += r.length / 2;

@@ -52,6 +52,7 @@ export class GrammarSyntaxError extends Error {
   /** Offset in the source. */
   readonly offset: number;
 
+  /** Creates the instance. */
   constructor(message: string, src: string, offset: number) {
     let line = 1, col = 1;
     for (let i = 0; i < offset && i < src.length; i++) {

@@ -33,20 +33,27 @@ export interface GrammarVocab {
   eogTokens: Iterable<number>;
 }
 
-interface TrieNode {
+/** A trie node: children by code point, tokens ending here, DFS range of its subtree. */
+export interface TrieNode {
+  /** Children by next code point. */
   children: Map<number, TrieNode>;
   /** Tokens whose full code points end here, with their trailing partial UTF-8. */
   ends: { id: number; partial: PartialUtf8 }[];
   /** Range of token order (DFS) covered by this subtree. */
+  /** Start of the subtree's range in the DFS order. */
   lo: number;
+  /** End (exclusive) of that range. */
   hi: number;
 }
 
-class PieceTrie {
+/** Token pieces decoded to code points, as a trie. */
+export class PieceTrie {
+  /** The empty prefix. */
   root: TrieNode = { children: new Map(), ends: [], lo: 0, hi: 0 };
   /** Token ids in DFS order (for subtree ranges). */
   order: Int32Array;
 
+  /** Builds the trie. */
   constructor(tokens: { id: number; cps: number[]; partial: PartialUtf8 }[]) {
     for (const t of tokens) {
       let n = this.root;
@@ -71,6 +78,7 @@ class PieceTrie {
 
 /** Per-vocabulary data shared by every grammar sampler on that vocabulary. */
 export class GrammarVocabIndex {
+  /** Vocabulary size. */
   readonly nVocab: number;
   /** Piece bytes by id (as llama.cpp decodes them: up to the first NUL). */
   readonly pieces: Uint8Array[];
@@ -78,8 +86,11 @@ export class GrammarVocabIndex {
   readonly isEog: Uint8Array;
   /** Fresh-start decoding of each piece. */
   readonly decoded: { cps: number[]; partial: PartialUtf8 }[];
+  /** The `readonly` field. */
+  /** Trie of the acceptable pieces. */
   readonly trie: PieceTrie;
 
+  /** Creates the instance. */
   constructor(v: GrammarVocab) {
     this.nVocab = v.nVocab;
     this.isEog = new Uint8Array(v.nVocab);
@@ -108,8 +119,11 @@ export interface GrammarSamplerOptions extends ParseGrammarOptions {
 
 /** The grammar constraint a sampler chain consults (see lib/sample/chain.ts). */
 export class GrammarSampler {
+  /** The `name` setting. */
   readonly name = "grammar";
+  /** The `grammar` setting. */
   readonly grammar: CompiledGrammar;
+  /** The `index` setting. */
   readonly index: GrammarVocabIndex;
   /** Current match state. */
   state: GrammarState;
@@ -208,7 +222,9 @@ export class GrammarSampler {
    */
   accept(token: number): void {
     const ix = this.index;
-    if (token < 0 || token >= ix.nVocab) throw new RangeError(`grammar: token ${token} out of range`);
+    if (token < 0 || token >= ix.nVocab) {
+      throw new RangeError(`grammar: token ${token} out of range`);
+    }
     if (ix.isEog[token]) {
       if (this.state.canEnd) return;
       throw new Error(`grammar: end-of-generation token ${token} before the grammar is complete`);

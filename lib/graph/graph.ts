@@ -173,7 +173,7 @@ export class Graph {
     const type = a.type === GGMLType.I32 ? GGMLType.I32 : GGMLType.F32;
     return this.#op(
       Op.GET_ROWS,
-      `${a.name}.rows`,
+      "get_rows",
       type,
       [a.ne[0], ids.ne[0], ids.ne[1], ids.ne[2]],
       [
@@ -187,7 +187,7 @@ export class Graph {
     this.#check(x);
     if (x.type !== GGMLType.F32) throw new GraphError(`${what}: needs F32, got ${x.describe()}`);
     if (!(eps >= 0)) throw new GraphError(`${what}: bad eps ${eps}`);
-    const t = this.#op(op, `${what}(${x.name})`, x.type, [...x.ne] as Dims, [x]);
+    const t = this.#op(op, what, x.type, [...x.ne] as Dims, [x]);
     t.params[0] = f32Bits(eps);
     return t;
   }
@@ -210,7 +210,7 @@ export class Graph {
     if (!FLOAT_TYPES.has(a.type) || !FLOAT_TYPES.has(b.type)) {
       throw new GraphError(`${what}: needs F32/F16 operands, got ${a.describe()} ${b.describe()}`);
     }
-    return this.#op(op, `${what}(${a.name},${b.name})`, a.type, [...a.ne] as Dims, [a, b]);
+    return this.#op(op, what, a.type, [...a.ne] as Dims, [a, b]);
   }
 
   /** a * b elementwise, b broadcast over a (ggml_can_repeat). */
@@ -230,7 +230,7 @@ export class Graph {
       throw new GraphError(`mulMat: cannot multiply ${a.describe()} by ${b.describe()}`);
     }
     if (a.nb[0] > a.nb[1]) throw new GraphError(`mulMat: ${a.describe()} is transposed`);
-    return this.#op(Op.MUL_MAT, `${a.name}*${b.name}`, GGMLType.F32, [
+    return this.#op(Op.MUL_MAT, "mul_mat", GGMLType.F32, [
       a.ne[1],
       b.ne[1],
       b.ne[2],
@@ -257,7 +257,7 @@ export class Graph {
     if (!Number.isInteger(o.nDims) || o.nDims <= 0 || o.nDims % 2 || o.nDims > x.ne[0]) {
       throw new GraphError(`rope: nDims ${o.nDims} invalid for ${x.describe()}`);
     }
-    const name = `rope(${x.name})`;
+    const name = "rope";
     const t = o.inplace ? this.#inplace(Op.ROPE, name, x, [x, pos]) : this.#op(
       Op.ROPE,
       name,
@@ -298,7 +298,7 @@ export class Graph {
     }
     const maxBias = o.maxBias ?? 0;
     if (maxBias > 0 && !m) throw new GraphError(`softMax: maxBias needs a mask`);
-    const t = this.#op(Op.SOFT_MAX, `soft_max(${x.name})`, x.type, [...x.ne] as Dims, src);
+    const t = this.#op(Op.SOFT_MAX, "soft_max", x.type, [...x.ne] as Dims, src);
     t.params[0] = f32Bits(o.scale ?? 1);
     t.params[1] = f32Bits(maxBias);
     return t;
@@ -309,7 +309,7 @@ export class Graph {
     if (!FLOAT_TYPES.has(x.type) || !isContiguousN(x, 1)) {
       throw new GraphError(`${what}: needs F32/F16 with contiguous rows, got ${x.describe()}`);
     }
-    return this.#op(op, `${what}(${x.name})`, x.type, [...x.ne] as Dims, [x]);
+    return this.#op(op, what, x.type, [...x.ne] as Dims, [x]);
   }
 
   /** x * sigmoid(x). */
@@ -333,14 +333,14 @@ export class Graph {
     if (!FLOAT_TYPES.has(a.type)) {
       throw new GraphError(`swiglu: needs F32/F16, got ${a.describe()}`);
     }
-    return this.#op(Op.SWIGLU, `swiglu(${a.name})`, a.type, [...a.ne] as Dims, [a, b]);
+    return this.#op(Op.SWIGLU, "swiglu", a.type, [...a.ne] as Dims, [a, b]);
   }
 
   /** x * s. */
   scale(x: Tensor, s: number): Tensor {
     this.#check(x);
     if (!FLOAT_TYPES.has(x.type)) throw new GraphError(`scale: needs F32/F16, got ${x.describe()}`);
-    const t = this.#op(Op.SCALE, `scale(${x.name})`, x.type, [...x.ne] as Dims, [x]);
+    const t = this.#op(Op.SCALE, "scale", x.type, [...x.ne] as Dims, [x]);
     t.params[0] = f32Bits(s);
     return t;
   }
@@ -354,7 +354,7 @@ export class Graph {
     if (a.nelements !== dst.nelements) {
       throw new GraphError(`cpy: ${a.describe()} and ${dst.describe()} differ in element count`);
     }
-    return this.#inplace(Op.CPY, `cpy(${a.name}->${dst.name})`, dst, [a, dst]);
+    return this.#inplace(Op.CPY, `cpy->${dst.root.name}`, dst, [a, dst]);
   }
 
   /** A packed copy of x, optionally with a new shape of the same element count. */
@@ -364,7 +364,7 @@ export class Graph {
     if (ne[0] * ne[1] * ne[2] * ne[3] !== x.nelements) {
       throw new GraphError(`cont: ${x.describe()} cannot become [${ne}]`);
     }
-    return this.#op(Op.CPY, `cont(${x.name})`, x.type, ne, [x]);
+    return this.#op(Op.CPY, "cont", x.type, ne, [x]);
   }
 
   /**
@@ -375,7 +375,7 @@ export class Graph {
     this.#check(x);
     const ne = dims(shape);
     const nb = fullStrides(x.type, ne, strides);
-    return this.#view(x, `view(${x.name})`, ne, nb, offset);
+    return this.#view(x, `view(${x.root.name})`, ne, nb, offset);
   }
 
   #view(x: Tensor, name: string, ne: Dims, nb: Dims, offset: number): Tensor {
@@ -407,7 +407,7 @@ export class Graph {
     if (ne[0] * ne[1] * ne[2] * ne[3] !== x.nelements) {
       throw new GraphError(`reshape: ${x.describe()} cannot become [${ne}]`);
     }
-    return this.#view(x, `${x.name}(reshaped)`, ne, contiguousStrides(x.type, ne), 0);
+    return this.#view(x, `reshape(${x.root.name})`, ne, contiguousStrides(x.type, ne), 0);
   }
 
   /** ggml_permute: axis i of x becomes axis `axes[i]` of the result. */
@@ -424,7 +424,7 @@ export class Graph {
       nb[axes[i]] = x.nb[i];
     }
     return this.#make({
-      name: `${x.name}(permuted)`,
+      name: `permute(${x.root.name})`,
       type: x.type,
       ne,
       nb,

@@ -61,13 +61,27 @@ export class Context implements Disposable {
   readonly nBatch: number;
   /** The KV cache. */
   readonly kv: KvCache;
+  /** CPU threads asked for (undefined: physical cores). */
+  readonly threads: number | undefined;
+  /** KV cache element type. */
+  readonly kvType: "f16" | "f32";
+  /** The backend choice this context was created with. */
+  readonly backendChoice: NonNullable<ContextOptions["backend"]>;
   #sched: Scheduler;
   #backends: Backend[];
   #splitter = new BatchSplitter();
   #mask = new Float32Array(0);
 
-  private constructor(model: Model, o: Required<Omit<ContextOptions, "threads">>, backends: Backend[], assign: (layer: number) => Backend) {
+  private constructor(
+    model: Model,
+    o: Required<Omit<ContextOptions, "threads">> & { threads?: number },
+    backends: Backend[],
+    assign: (layer: number) => Backend,
+  ) {
     this.model = model;
+    this.threads = o.threads;
+    this.kvType = o.kvType;
+    this.backendChoice = o.backend;
     this.nCtx = o.nCtx;
     this.nBatch = o.nBatch;
     this.#backends = backends;
@@ -118,7 +132,7 @@ export class Context implements Disposable {
         assign = (layer) => (layer < kind.cpuLayers ? cpu : ref);
       }
     }
-    return new Context(model, { nCtx, nBatch, kvType: options.kvType ?? "f16", backend: kind }, backends, assign);
+    return new Context(model, { nCtx, nBatch, threads: options.threads, kvType: options.kvType ?? "f16", backend: kind }, backends, assign);
   }
 
   #build(step: Parameters<typeof buildLlamaGraph>[5]): { g: Graph; io: LlamaGraph } {

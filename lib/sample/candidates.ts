@@ -22,7 +22,8 @@ export class TokenCandidates {
   /** Whether the live candidates are in descending logit order. */
   sorted = false;
   /** Index of the chosen candidate, or -1. */
-  selected = -1;
+  /** The `selected` field. */
+  selected: number = -1;
   #bits: Uint32Array;
 
   /** Allocates room for `capacity` candidates. */

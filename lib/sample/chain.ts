@@ -48,8 +48,11 @@ export interface SamplerChainOptions {
 
 /** A composable chain of samplers ending in a selector (dist, greedy or mirostat). */
 export class SamplerChain {
+  /** The `samplers` setting. */
   readonly samplers: Sampler[];
+  /** The `grammar` setting. */
   readonly grammar?: GrammarConstraint;
+  /** The `grammarFirst` setting. */
   readonly grammarFirst: boolean;
   #cands: TokenCandidates | null = null;
 
@@ -192,7 +195,7 @@ export function samplerChainFromOptions(o: SamplingOptions): SamplerChain {
   const samplers: Sampler[] = [];
 
   const bias: [number, number][] = [...(o.logitBias ?? [])];
-  if (o.ignoreEos) for (const id of o.eogTokens ?? []) bias.push([id, -Infinity]);
+  if (o.ignoreEos) { for (const id of o.eogTokens ?? []) bias.push([id, -Infinity]); }
   if (bias.length) samplers.push(new LogitBiasSampler(bias));
 
   const mirostat = o.mirostat ?? 0;
@@ -218,7 +221,9 @@ export function samplerChainFromOptions(o: SamplingOptions): SamplerChain {
   } else {
     const m = { seed, tau: o.mirostatTau ?? 5, eta: o.mirostatEta ?? 0.1 };
     samplers.push(new TempSampler(temp));
-    samplers.push(mirostat === 1 ? new MirostatSampler(o.nVocab, m, 100) : new MirostatV2Sampler(m));
+    samplers.push(
+      mirostat === 1 ? new MirostatSampler(o.nVocab, m, 100) : new MirostatV2Sampler(m),
+    );
   }
 
   let grammar: GrammarConstraint | undefined;

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { expf, logf, softmax, TokenCandidates } from "./candidates.ts";
+import { expf, logf, softmax, type TokenCandidates } from "./candidates.ts";
 import { discreteDraw, Mt19937 } from "./rng.ts";
 
 const f = Math.fround;
@@ -88,9 +88,13 @@ export interface PenaltyOptions {
 /** Repeat / frequency / presence penalties over the last N accepted tokens. */
 export class PenaltiesSampler implements Sampler {
   readonly name = "penalties";
+  /** The `lastN` setting. */
   readonly lastN: number;
+  /** The `repeat` setting. */
   readonly repeat: number;
+  /** The `frequency` setting. */
   readonly frequency: number;
+  /** The `presence` setting. */
   readonly presence: number;
   #ring: Int32Array;
   #first = 0;
@@ -174,6 +178,7 @@ export function topK(c: TokenCandidates, k: number): void {
 /** Locally typical sampling (llama_sampler_init_typical). */
 export class TypicalSampler implements Sampler {
   readonly name = "typical";
+  /** The `p` setting. */
   readonly p: number;
   /** Creates the sampler; p >= 1 is a no-op. */
   constructor(p: number, readonly minKeep = 1) {
@@ -203,6 +208,7 @@ export class TypicalSampler implements Sampler {
 /** Nucleus sampling (llama_sampler_init_top_p). */
 export class TopPSampler implements Sampler {
   readonly name = "top-p";
+  /** The `p` setting. */
   readonly p: number;
   /** Creates the sampler; p >= 1 is a no-op. */
   constructor(p: number, readonly minKeep = 1) {
@@ -241,6 +247,7 @@ export class TopPSampler implements Sampler {
 /** Keeps candidates with p >= p_min · p_max (llama_sampler_init_min_p). */
 export class MinPSampler implements Sampler {
   readonly name = "min-p";
+  /** The `p` setting. */
   readonly p: number;
   /** Creates the sampler; p <= 0 is a no-op. */
   constructor(p: number, readonly minKeep = 1) {
@@ -298,6 +305,7 @@ export function applyTemperature(c: TokenCandidates, t: number): void {
 /** Temperature (llama_sampler_init_temp). */
 export class TempSampler implements Sampler {
   readonly name = "temp";
+  /** The `t` setting. */
   readonly t: number;
   /** Creates the sampler. */
   constructor(t: number) {
@@ -311,8 +319,11 @@ export class TempSampler implements Sampler {
 /** Entropy-driven dynamic temperature (llama_sampler_init_temp_ext). */
 export class TempExtSampler implements Sampler {
   readonly name = "temp-ext";
+  /** The `t` setting. */
   readonly t: number;
+  /** The `delta` setting. */
   readonly delta: number;
+  /** The `exponent` setting. */
   readonly exponent: number;
   /** Plain temperature when delta <= 0. */
   constructor(t: number, delta = 0, exponent = 1) {
@@ -358,8 +369,10 @@ export class GreedySampler implements Sampler {
 /** Draws from the softmax of the candidates with a seeded mt19937 (llama_sampler_init_dist). */
 export class DistSampler implements Sampler {
   readonly name = "dist";
+  /** The `seed` setting. */
   readonly seed: number;
   #seedCur: number;
+  /** The `rng` setting. */
   readonly rng: Mt19937;
 
   /** Creates the sampler; DEFAULT_SEED draws a random seed. */
@@ -428,11 +441,15 @@ export interface MirostatOptions {
 /** Mirostat 1.0 (llama_sampler_init_mirostat), replacing truncation and dist. */
 export class MirostatSampler implements Sampler {
   readonly name = "mirostat";
+  /** The `tau` setting. */
   readonly tau: number;
+  /** The `eta` setting. */
   readonly eta: number;
+  /** The `seed` setting. */
   readonly seed: number;
   /** Current maximum surprise. */
   mu: number;
+  /** The `rng` setting. */
   readonly rng: Mt19937;
 
   /** `m`: how many top tokens estimate the Zipf exponent (llama.cpp uses 100). */
@@ -477,11 +494,15 @@ export class MirostatSampler implements Sampler {
 /** Mirostat 2.0 (llama_sampler_init_mirostat_v2). */
 export class MirostatV2Sampler implements Sampler {
   readonly name = "mirostat-v2";
+  /** The `tau` setting. */
   readonly tau: number;
+  /** The `eta` setting. */
   readonly eta: number;
+  /** The `seed` setting. */
   readonly seed: number;
   /** Current maximum surprise. */
   mu: number;
+  /** The `rng` setting. */
   readonly rng: Mt19937;
 
   /** Creates the sampler. */

@@ -9,40 +9,41 @@ import { PreTokenizer } from "./pretokenize.ts";
 import { BYTE_TO_CHAR, codePoints, CptFlag, cptFlags, nfdFirst, toLowerCpt } from "./unicode.ts";
 import { TokenizerError, type Vocab } from "./vocab.ts";
 
-/** A max-heap over parallel number arrays; `before(a, b)` says a pops first. */
+/** A binary heap of bigram indices; `before(a, b)` says a pops first. */
 class Heap {
-  #items: number[] = [];
+  #h: number[] = [];
   constructor(private before: (a: number, b: number) => boolean) {}
   get size(): number {
-    return this.#items.length;
+    return this.#h.length;
   }
   push(x: number): void {
-    const h = this.#items;
+    const h = this.#h;
+    let i = h.length;
     h.push(x);
-    let i = h.length - 1;
     while (i > 0) {
       const p = (i - 1) >> 1;
-      if (!this.before(h[i], h[p])) break;
-      [h[i], h[p]] = [h[p], h[i]];
+      if (!this.before(x, h[p])) break;
+      h[i] = h[p];
       i = p;
     }
+    h[i] = x;
   }
   pop(): number {
-    const h = this.#items;
+    const h = this.#h;
     const top = h[0];
-    const last = h.pop()!;
-    if (h.length > 0) {
-      h[0] = last;
+    const x = h.pop()!;
+    const n = h.length;
+    if (n > 0) {
       let i = 0;
       for (;;) {
-        const l = 2 * i + 1, r = l + 1;
-        let m = i;
-        if (l < h.length && this.before(h[l], h[m])) m = l;
-        if (r < h.length && this.before(h[r], h[m])) m = r;
-        if (m === i) break;
-        [h[i], h[m]] = [h[m], h[i]];
-        i = m;
+        let c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && this.before(h[c + 1], h[c])) c++;
+        if (!this.before(h[c], x)) break;
+        h[i] = h[c];
+        i = c;
       }
+      h[i] = x;
     }
     return top;
   }

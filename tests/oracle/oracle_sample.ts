@@ -253,3 +253,69 @@ export async function loadSamplingOracle(): Promise<OracleSampling> {
     },
   };
 }
+
+/** Per-token sampling cost, ours vs llama.cpp (nanoseconds). */
+export interface SamplingCost {
+  /** Vocabulary size used. */
+  nVocab: number;
+  /** Default chain (penalties, top-k 40, top-p 0.95, min-p 0.05, temp 0.8, dist). */
+  chain: { ours: number; llamaCpp: number };
+  /** json.gbnf filter over the whole vocabulary, at the start of a JSON value. */
+  grammar: { ours: number; llamaCpp: number };
+}
+
+/**
+ * Measures the sampler chain and the grammar filter on a 32k vocabulary
+ * (llama-2-tiny-random by default), ours vs llama.cpp, for `deno task bench`.
+ */
+export async function compareSamplingCost(opts: {
+  modelPath?: string;
+  grammarPath?: string;
+  reps?: number;
+} = {}): Promise<SamplingCost> {
+  const { loadOracle } = await import("./oracle.ts");
+  const { samplerChainFromOptions } = await import("../../lib/sample/chain.ts");
+  const { GrammarSampler } = await import("../../lib/grammar/sampler.ts");
+  const { measureChainCost, measureGrammarCost } = await import("../../lib/sample/bench.ts");
+  const root = new URL("../../", import.meta.url);
+  const modelPath = opts.modelPath ??
+    new URL("../shared/fixtures/models/llama-2-tiny-random.gguf", root).pathname;
+  const grammarPath = opts.grammarPath ??
+    new URL("../shared/fixtures/grammars/json.gbnf", root).pathname;
+  const reps = opts.reps ?? 30;
+  const sampling = await loadSamplingOracle();
+  using model = (await loadOracle()).load(modelPath, { vocabOnly: true });
+  const n = model.nVocab;
+  const logits = new Float32Array(n);
+  let a = 12345;
+  for (let i = 0; i < n; i++) {
+    a = (Math.imul(a, 1103515245) + 12345) >>> 0;
+    logits[i] = (a / 4294967296) * 10 - 5;
+  }
+  const ours = samplerChainFromOptions({ nVocab: n, seed: 1, repeatPenalty: 1.1 });
+  using ref = sampling.chain([
+    { kind: "penalties", lastN: 64, repeat: 1.1, freq: 0, present: 0 },
+    { kind: "top_k", k: 40 },
+    { kind: "top_p", p: 0.95, minKeep: 0 },
+    { kind: "min_p", p: 0.05, minKeep: 0 },
+    { kind: "temp_ext", t: 0.8, delta: 0, exponent: 1 },
+    { kind: "dist", seed: 1 },
+  ], n);
+  const chain = { ours: measureChainCost(ours, logits, reps), llamaCpp: ref.bench(logits, reps) };
+  const gbnf = Deno.readTextFileSync(grammarPath);
+  const g = new GrammarSampler(gbnf, {
+    nVocab: n,
+    pieces: (i) => model.pieceBytes(i, { special: true }),
+    eogTokens: sampling.eogTokens(model),
+  });
+  using gref = sampling.grammarSampler(model, gbnf);
+  const grammar = {
+    ours: measureGrammarCost(g, [], reps),
+    llamaCpp: gref.bench(Math.min(reps, 10)),
+  };
+  return { nVocab: n, chain, grammar };
+}
+
+if (import.meta.main) {
+  console.log(JSON.stringify(await compareSamplingCost(), null, 2));
+}

@@ -1,0 +1,52 @@
+/* Integer dot helpers shared by the K-quant kernels. Every K-quant dot works
+ * on unsigned weight codes (signed offsets are folded in through q8_K's
+ * per-16 sums), so the integer result of a super-block is exact and the
+ * scalar and SIMD paths finish it with the same float operations. */
+#ifndef LE_Q_K_SIMD_H
+#define LE_Q_K_SIMD_H
+#include "q_common.h"
+
+#define LE_INLINE static inline __attribute__((always_inline))
+
+/* sum of qu[j]*y[j] over n codes */
+static inline int32_t le_kdot_scalar(const uint8_t *qu, const int8_t *y, int n) {
+  int32_t s = 0;
+  for (int j = 0; j < n; j++) s += qu[j] * y[j];
+  return s;
+}
+
+#if defined(LE_X86)
+/* 8 int32: s0 * (codes 0..15 . y) and s1 * (codes 16..31 . y), in pieces */
+LE_TARGET_AVX2 LE_INLINE __m256i le_kdot32_avx2(__m256i qu, const int8_t *y, int s0, int s1) {
+  const __m256i p = _mm256_maddubs_epi16(qu, _mm256_loadu_si256((const __m256i *)y));
+  return _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16((short)s1),
+                                                _mm_set1_epi16((short)s0)));
+}
+LE_TARGET_AVX2 LE_INLINE int32_t le_hsum_i32_avx2(__m256i v) {
+  __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0x4e));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0xb1));
+  return _mm_cvtsi128_si32(r);
+}
+/* bytes of v shifted right by k bits, masked */
+LE_TARGET_AVX2 LE_INLINE __m256i le_shr_mask_avx2(__m256i v, int k, int mask) {
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(k)),
+                          _mm256_set1_epi8((char)mask));
+}
+LE_TARGET_AVX2 LE_INLINE __m256i le_load256(const void *p) {
+  return _mm256_loadu_si256((const __m256i *)p);
+}
+#endif
+
+/* Defines name_avx2 and name_avx512 from one always-inline body
+ * `name_body(n, s, vx, vy)`: the AVX-512 variant is the same algorithm built
+ * for AVX-512VL (EVEX encoding, 32 vector registers). */
+#define LE_K_SIMD_VARIANTS(name)                                                            \
+  LE_TARGET_AVX2 static void name##_avx2(int64_t n, float *s, const void *vx, const void *vy) { \
+    name##_body(n, s, vx, vy);                                                              \
+  }                                                                                         \
+  LE_TARGET_AVX512 static void name##_avx512(int64_t n, float *s, const void *vx,           \
+                                             const void *vy) {                              \
+    name##_body(n, s, vx, vy);                                                              \
+  }
+#endif

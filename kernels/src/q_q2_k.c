@@ -1,0 +1,132 @@
+/* Q2_K: 256-element super-blocks, 16 groups of 16 two-bit codes; each group
+ * has a 4-bit scale and 4-bit min (x = d*sc*q - dmin*m). Code e sits in
+ * qs[32*(e/128) + e%32] at bit 2*((e%128)/32). */
+#include "q_k_simd.h"
+
+static void q2_k_to_float(const void *vx, float *y, int64_t n) {
+  const le_block_q2_k *x = vx;
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    const float d = le_fp16_to_fp32(x[i].d), min = le_fp16_to_fp32(x[i].dmin);
+    for (int e = 0; e < LE_QK_K; e++) {
+      const uint8_t sc = x[i].scales[e / 16];
+      const float dl = d * (sc & 0xF), ml = min * (sc >> 4);
+      const int q = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      *y++ = dl * q - ml;
+    }
+  }
+}
+
+/* quantize_row_q2_K_ref */
+static void q2_k_from_float_ref(const float *x, void *vy, int64_t n) {
+  le_block_q2_k *y = vy;
+  uint8_t L[LE_QK_K], Laux[16];
+  float w[16], mins[16], scales[16];
+  for (int64_t i = 0; i < n / LE_QK_K; i++, x += LE_QK_K) {
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; j++) {
+      for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+      scales[j] = le_make_qkx2_quants(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f,
+                                      0.1f, 15, true);
+      if (scales[j] > max_scale) max_scale = scales[j];
+      if (mins[j] > max_min) max_min = mins[j];
+    }
+    if (max_scale > 0) {
+      const float iscale = 15.f / max_scale;
+      for (int j = 0; j < 16; j++) y[i].scales[j] = (uint8_t)le_nearest_int(iscale * scales[j]);
+      y[i].d = le_fp32_to_fp16(max_scale / 15.f);
+    } else {
+      for (int j = 0; j < 16; j++) y[i].scales[j] = 0;
+      y[i].d = le_fp32_to_fp16(0.f);
+    }
+    if (max_min > 0) {
+      const float iscale = 15.f / max_min;
+      for (int j = 0; j < 16; j++) {
+        y[i].scales[j] |= (uint8_t)(le_nearest_int(iscale * mins[j]) << 4);
+      }
+      y[i].dmin = le_fp32_to_fp16(max_min / 15.f);
+    } else {
+      y[i].dmin = le_fp32_to_fp16(0.f);
+    }
+    for (int j = 0; j < 16; j++) {
+      const float d = le_fp16_to_fp32(y[i].d) * (y[i].scales[j] & 0xF);
+      if (!d) continue;
+      const float dm = le_fp16_to_fp32(y[i].dmin) * (y[i].scales[j] >> 4);
+      for (int ii = 0; ii < 16; ii++) {
+        const int l = le_nearest_int((x[16 * j + ii] + dm) / d);
+        L[16 * j + ii] = (uint8_t)LE_MAX(0, LE_MIN(3, l));
+      }
+    }
+    for (int j = 0; j < LE_QK_K; j += 128)
+      for (int l = 0; l < 32; l++)
+        y[i].qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
+                                       (L[j + l + 96] << 6));
+  }
+}
+
+/* min term: sum over groups of m * (sum of the group's activations) */
+static inline int32_t q2_k_summs(const le_block_q2_k *x, const le_block_q8_k *y) {
+  int32_t s = 0;
+  for (int g = 0; g < 16; g++) s += (x->scales[g] >> 4) * y->bsums[g];
+  return s;
+}
+
+static void dot_q2_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q2_k *x = vx;
+  const le_block_q8_k *y = vy;
+  float sum = 0.0f;
+  uint8_t qu[LE_QK_K];
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    for (int e = 0; e < LE_QK_K; e++)
+      qu[e] = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    int32_t isum = 0;
+    for (int g = 0; g < 16; g++)
+      isum += (x[i].scales[g] & 0xF) * le_kdot_scalar(qu + 16 * g, y[i].qs + 16 * g, 16);
+    const float dall = y[i].d * le_fp16_to_fp32(x[i].d);
+    const float dmin = y[i].d * le_fp16_to_fp32(x[i].dmin);
+    sum += dall * (float)isum - dmin * (float)q2_k_summs(&x[i], &y[i]);
+  }
+  *s = sum;
+}
+
+#if defined(LE_X86)
+LE_TARGET_AVX2 LE_INLINE void dot_q2_k_body(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q2_k *x = vx;
+  const le_block_q8_k *y = vy;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+      const __m256i q = le_load256(x[i].qs + 32 * h);
+      for (int k = 0; k < 4; k++) {
+        const int c = 4 * h + k;
+        acc = _mm256_add_epi32(acc, le_kdot32_avx2(le_shr_mask_avx2(q, 2 * k, 3),
+                                                   y[i].qs + 32 * c, x[i].scales[2 * c] & 0xF,
+                                                   x[i].scales[2 * c + 1] & 0xF));
+      }
+    }
+    const float dall = y[i].d * le_h2f(x[i].d);
+    const float dmin = y[i].d * le_h2f(x[i].dmin);
+    sum += dall * (float)le_hsum_i32_avx2(acc) - dmin * (float)q2_k_summs(&x[i], &y[i]);
+  }
+  *s = sum;
+}
+LE_K_SIMD_VARIANTS(dot_q2_k)
+#endif
+
+const le_type_traits le_traits_q2_k = {
+    .type = LE_TYPE_Q2_K,
+    .name = "q2_K",
+    .blck = LE_QK_K,
+    .size = sizeof(le_block_q2_k),
+    .to_float = q2_k_to_float,
+    .from_float_ref = q2_k_from_float_ref,
+    .from_float_act = NULL,
+    .vec_dot_type = LE_TYPE_Q8_K,
+    .vec_dot = {
+        [LE_SIMD_SCALAR] = dot_q2_k_scalar,
+#if defined(LE_X86)
+        [LE_SIMD_AVX2] = dot_q2_k_avx2,
+        [LE_SIMD_AVX512] = dot_q2_k_avx512,
+#endif
+    },
+};

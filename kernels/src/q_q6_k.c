@@ -1,0 +1,135 @@
+/* Q6_K: 256-element super-blocks, 16 groups of 16 six-bit codes (offset 32)
+ * with int8 group scales. In each 128-element half h, code 128h + 32k + l has
+ * its low nibble in ql[64h + l + 32*(k&1)] (high nibble when k >= 2) and its
+ * top two bits at bit 2k of qh[32h + l]. */
+#include "q_k_simd.h"
+
+static inline int q6_k_code(const le_block_q6_k *b, int e) {
+  const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+  const uint8_t q = b->ql[64 * h + l + 32 * (k & 1)];
+  return ((k >= 2) ? q >> 4 : q & 0xF) | (((b->qh[32 * h + l] >> (2 * k)) & 3) << 4);
+}
+
+static void q6_k_to_float(const void *vx, float *y, int64_t n) {
+  const le_block_q6_k *x = vx;
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    const float d = le_fp16_to_fp32(x[i].d);
+    for (int e = 0; e < LE_QK_K; e++) {
+      const int8_t q = (int8_t)(q6_k_code(&x[i], e) - 32);
+      *y++ = d * x[i].scales[e / 16] * q;
+    }
+  }
+}
+
+/* quantize_row_q6_K_ref */
+static void q6_k_from_float_ref(const float *x, void *vy, int64_t n) {
+  le_block_q6_k *y = vy;
+  int8_t L[LE_QK_K];
+  float scales[16];
+  for (int64_t i = 0; i < n / LE_QK_K; i++, x += LE_QK_K) {
+    float max_scale = 0, max_abs = 0;
+    for (int g = 0; g < 16; g++) {
+      scales[g] = le_make_qx_quants(16, 32, x + 16 * g, L + 16 * g, 1);
+      const float a = fabsf(scales[g]);
+      if (a > max_abs) {
+        max_abs = a;
+        max_scale = scales[g];
+      }
+    }
+    if (max_abs < LE_GROUP_MAX_EPS) {
+      memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    const float iscale = -128.f / max_scale;
+    y[i].d = le_fp32_to_fp16(1 / iscale);
+    for (int g = 0; g < 16; g++)
+      y[i].scales[g] = (int8_t)LE_MIN(127, le_nearest_int(iscale * scales[g]));
+    for (int g = 0; g < 16; g++) {
+      const float d = le_fp16_to_fp32(y[i].d) * y[i].scales[g];
+      if (!d) continue;
+      for (int ii = 0; ii < 16; ii++) {
+        const int l = le_nearest_int(x[16 * g + ii] / d);
+        L[16 * g + ii] = (int8_t)(LE_MAX(-32, LE_MIN(31, l)) + 32);
+      }
+    }
+    for (int h = 0; h < 2; h++) {
+      const int8_t *Lh = L + 128 * h;
+      for (int l = 0; l < 32; l++) {
+        y[i].ql[64 * h + l] = (uint8_t)((Lh[l] & 0xF) | ((Lh[l + 64] & 0xF) << 4));
+        y[i].ql[64 * h + l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
+        y[i].qh[32 * h + l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) |
+                                        ((Lh[l + 64] >> 4) << 4) | ((Lh[l + 96] >> 4) << 6));
+      }
+    }
+  }
+}
+
+/* the offset 32 folded out through the activation group sums */
+static inline int32_t q6_k_offset(const int8_t *sc, const le_block_q8_k *y) {
+  int32_t s = 0;
+  for (int g = 0; g < 16; g++) s += sc[g] * y->bsums[g];
+  return 32 * s;
+}
+
+static void dot_q6_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q6_k *x = vx;
+  const le_block_q8_k *y = vy;
+  float sum = 0.0f;
+  uint8_t qu[LE_QK_K];
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    for (int e = 0; e < LE_QK_K; e++) qu[e] = (uint8_t)q6_k_code(&x[i], e);
+    int32_t isum = 0;
+    for (int g = 0; g < 16; g++)
+      isum += x[i].scales[g] * le_kdot_scalar(qu + 16 * g, y[i].qs + 16 * g, 16);
+    isum -= q6_k_offset(x[i].scales, &y[i]);
+    sum += (le_fp16_to_fp32(x[i].d) * y[i].d) * (float)isum;
+  }
+  *s = sum;
+}
+
+#if defined(LE_X86)
+LE_TARGET_AVX2 LE_INLINE void dot_q6_k_body(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q6_k *x = vx;
+  const le_block_q8_k *y = vy;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    const int8_t *sc = x[i].scales;
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+      const __m256i l0 = le_load256(x[i].ql + 64 * h), l1 = le_load256(x[i].ql + 64 * h + 32);
+      const __m256i qh = le_load256(x[i].qh + 32 * h);
+      for (int k = 0; k < 4; k++) {
+        const int c = 4 * h + k;
+        const __m256i lq = (k & 1) ? l1 : l0;
+        const __m256i lo = k >= 2 ? le_shr_mask_avx2(lq, 4, 0x0f)
+                                  : _mm256_and_si256(lq, _mm256_set1_epi8(0x0f));
+        const __m256i hi = _mm256_slli_epi16(le_shr_mask_avx2(qh, 2 * k, 3), 4);
+        acc = _mm256_add_epi32(acc, le_kdot32_avx2(_mm256_or_si256(lo, hi), y[i].qs + 32 * c,
+                                                   sc[2 * c], sc[2 * c + 1]));
+      }
+    }
+    const int32_t isum = le_hsum_i32_avx2(acc) - q6_k_offset(sc, &y[i]);
+    sum += (le_h2f(x[i].d) * y[i].d) * (float)isum;
+  }
+  *s = sum;
+}
+LE_K_SIMD_VARIANTS(dot_q6_k)
+#endif
+
+const le_type_traits le_traits_q6_k = {
+    .type = LE_TYPE_Q6_K,
+    .name = "q6_K",
+    .blck = LE_QK_K,
+    .size = sizeof(le_block_q6_k),
+    .to_float = q6_k_to_float,
+    .from_float_ref = q6_k_from_float_ref,
+    .from_float_act = NULL,
+    .vec_dot_type = LE_TYPE_Q8_K,
+    .vec_dot = {
+        [LE_SIMD_SCALAR] = dot_q6_k_scalar,
+#if defined(LE_X86)
+        [LE_SIMD_AVX2] = dot_q6_k_avx2,
+        [LE_SIMD_AVX512] = dot_q6_k_avx512,
+#endif
+    },
+};

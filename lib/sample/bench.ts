@@ -1,0 +1,39 @@
+/**
+ * Per-token cost of sampling, for `deno task bench`: the sampler chain over
+ * a row of logits, and a grammar's token filter over the whole vocabulary.
+ *
+ * @module
+ */
+import { TokenCandidates } from "./candidates.ts";
+import type { SamplerChain } from "./chain.ts";
+import type { GrammarSampler } from "../grammar/sampler.ts";
+
+/** Mean nanoseconds per chain application (candidates rebuilt each time, as per token). */
+export function measureChainCost(chain: SamplerChain, logits: Float32Array, reps = 50): number {
+  const c = new TokenCandidates(logits.length);
+  chain.applyTo(c.load(logits)); // warm-up
+  const t0 = performance.now();
+  for (let i = 0; i < reps; i++) chain.applyTo(c.load(logits));
+  return (performance.now() - t0) * 1e6 / reps;
+}
+
+/**
+ * Mean nanoseconds of one full-vocabulary grammar filter, measured while
+ * walking `tokens` (a valid token sequence; empty = stay at the start).
+ */
+export function measureGrammarCost(g: GrammarSampler, tokens: number[] = [], reps = 20): number {
+  g.reset();
+  g.allowedMask(); // warm-up fills the stack cache as a long generation would
+  let total = 0, n = 0;
+  const steps = Math.max(1, tokens.length);
+  for (let s = 0; s < steps; s++) {
+    const per = Math.max(1, Math.floor(reps / steps));
+    const t0 = performance.now();
+    for (let i = 0; i < per; i++) g.allowedMask();
+    total += performance.now() - t0;
+    n += per;
+    if (s < tokens.length) g.accept(tokens[s]);
+  }
+  g.reset();
+  return total * 1e6 / n;
+}

@@ -1,0 +1,121 @@
+/**
+ * The quantized types against ggml itself: reference quantizers byte-exact
+ * (C and, for the legacy types, TS), dequantization bit-exact (C, TS, ggml's
+ * to_float) on every tensor of llama.cpp's tolstoy-6m files, and dot products
+ * within test-quantize-fns' tolerances with all SIMD levels agreeing.
+ */
+import assert from "node:assert/strict";
+import { loadLibrary } from "../ffi/library.ts";
+import { SimdLevel } from "../ffi/symbols.ts";
+import { openGGUF } from "../lib/gguf/mod.ts";
+import { GGMLType, ggmlTypeInfo, ggmlTypeName } from "../lib/gguf/types.ts";
+import { DEQUANT, QUANT_REF } from "../lib/backend/ref_quants.ts";
+import { loadOracleQuant } from "./oracle/oracle_quant.ts";
+import { llamaQuantized } from "./quant_util.ts";
+
+const lib = await loadLibrary();
+const T = GGMLType;
+const WEIGHT_TYPES = [
+  T.Q8_0,
+  T.Q4_0,
+  T.Q4_1,
+  T.Q5_0,
+  T.Q5_1,
+  T.Q2_K,
+  T.Q3_K,
+  T.Q4_K,
+  T.Q5_K,
+  T.Q6_K,
+];
+
+function rng(seed: number) {
+  return () => (seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32;
+}
+const bytesOf = (t: number, n: number) =>
+  (n / ggmlTypeInfo(t)!.blockSize) * ggmlTypeInfo(t)!.typeSize;
+
+Deno.test("reference quantizers are byte-exact with ggml_quantize_chunk", async () => {
+  const oq = await loadOracleQuant();
+  const r = rng(7), n = 256 * 32;
+  // mixed magnitudes, a zero super-block and a constant one exercise the edge paths
+  const x = new Float32Array(n).map((_, i) =>
+    i < 256 ? 0 : i < 512 ? 0.25 : (r() - 0.5) * (i % 7 === 0 ? 4 : 1)
+  );
+  for (const t of WEIGHT_TYPES) {
+    const want = new Uint8Array(bytesOf(t, n)), got = new Uint8Array(want.length);
+    oq.quantize(t, x, want, n / 256, 256);
+    assert.equal(lib.symbols.le_quantize_row(t, x, got, BigInt(n)), 0);
+    assert.deepEqual(got, want, `C ${ggmlTypeName(t)}`);
+    const q = QUANT_REF.get(t);
+    if (q) {
+      const ts = new Uint8Array(want.length);
+      q(x, ts);
+      assert.deepEqual(ts, want, `TS ${ggmlTypeName(t)}`);
+    }
+  }
+});
+
+const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
+
+Deno.test("dequantization is bit-exact with ggml on every tensor of llama.cpp's files", async () => {
+  const oq = await loadOracleQuant();
+  const seen = new Set<number>();
+  for (
+    const preset of ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M"] as const
+  ) {
+    using f = await openGGUF(await llamaQuantized(preset));
+    for (const t of f.header.tensors) {
+      if (ggmlTypeInfo(t.type)!.blockSize === 1) continue;
+      seen.add(t.type);
+      const src = f.tensorBytes(t.name).slice();
+      const n = src.length / ggmlTypeInfo(t.type)!.typeSize * ggmlTypeInfo(t.type)!.blockSize;
+      const want = oq.toFloat(t.type, src, n);
+      const c = new Float32Array(n);
+      assert.equal(lib.symbols.le_dequantize_row(t.type, src, c, BigInt(n)), 0);
+      assert.deepEqual(bits(c), bits(want), `${preset} ${t.name} C`);
+      const ts = new Float64Array(n);
+      DEQUANT.get(t.type)!(new DataView(src.buffer), 0, ts, n);
+      assert.deepEqual(bits(Float32Array.from(ts)), bits(want), `${preset} ${t.name} TS`);
+    }
+  }
+  for (const t of [T.Q4_1, T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]) {
+    assert.ok(seen.has(t), `${ggmlTypeName(t)} covered`);
+  }
+});
+
+Deno.test("vec_dot within test-quantize-fns tolerances; SIMD levels agree", () => {
+  // test-quantize-fns: data 0.1 + a*cos(i + offset), 4096 elements,
+  // |dot - float dot| / n < 0.02 (0.04 for q2_K and q3_K)
+  const n = 4096;
+  const gen = (off: number) =>
+    new Float32Array(n).map((_, i) => Math.fround(0.1 + 2 * Math.cos(i + off)));
+  const a = gen(0), b = gen(1);
+  let ref = 0;
+  for (let i = 0; i < n; i++) ref += a[i] * b[i];
+  const levels: number[] = [SimdLevel.SCALAR];
+  const feats = lib.symbols.le_cpu_features();
+  if (feats & 1) levels.push(SimdLevel.AVX2);
+  if (feats & 2) levels.push(SimdLevel.AVX512);
+  try {
+    for (const t of WEIGHT_TYPES) {
+      const q = new Uint8Array(bytesOf(t, n));
+      lib.symbols.le_quantize_row(t, a, q, BigInt(n));
+      const out: number[] = [];
+      for (const level of levels) {
+        assert.equal(lib.symbols.le_set_simd_level(level), level);
+        const o = new Float32Array(1);
+        assert.equal(lib.symbols.le_vec_dot(t, BigInt(n), q, b, o), 0);
+        out.push(o[0]);
+      }
+      const tol = t === T.Q2_K || t === T.Q3_K ? 0.04 : 0.02;
+      for (const v of out) {
+        assert.ok(Math.abs(v - ref) / n < tol, `${ggmlTypeName(t)}: ${v} vs ${ref}`);
+        // K-quants sum exact integers per super-block: identical across levels
+        const same = ggmlTypeInfo(t)!.blockSize === 256 ? 0 : 1e-5 * Math.abs(out[0]);
+        assert.ok(Math.abs(v - out[0]) <= same, `${ggmlTypeName(t)} levels ${out}`);
+      }
+    }
+  } finally {
+    lib.symbols.le_set_simd_level(SimdLevel.BEST);
+  }
+});
