@@ -20,14 +20,20 @@
 // models and contexts
 export { type LoadOptions, Model } from "./lib/model/model.ts";
 export { type HParams, ModelError, readHParams, type RopeParams } from "./lib/model/hparams.ts";
-export { Context, ContextError, type ContextOptions, type DecodeResult } from "./lib/runtime/context.ts";
+export type { LayerWeights, LlamaWeights, WeightRef } from "./lib/model/weights.ts";
+export {
+  Context,
+  ContextError,
+  type ContextOptions,
+  type DecodeResult,
+} from "./lib/runtime/context.ts";
 export {
   generate,
+  type GeneratedToken,
   type GenerateOptions,
   type GenerateResult,
-  type GenerateTimings,
-  type GeneratedToken,
   generateText,
+  type GenerateTimings,
   samplerFor,
 } from "./lib/runtime/generate.ts";
 
@@ -58,3 +64,30 @@ export { type JsonSchema, jsonSchemaToGrammar } from "./lib/grammar/json_schema.
 
 // quantization
 export { quantizeModel, type QuantizeOptions } from "./lib/quant/quantize.ts";
+export { CompiledGrammar, GrammarState } from "./lib/grammar/matcher.ts";
+export { type DecodeOptions, type EncodeOptions } from "./lib/tokenizer/tokenizer.ts";
+export { type GGMLTypeInfo } from "./lib/gguf/types.ts";
+export {
+  type GGUFArray,
+  GGUFHeaderData,
+  type GGUFNumericArray,
+  type GGUFScalar,
+} from "./lib/gguf/header.ts";
+export { type GGUFWriteInput } from "./lib/gguf/writer.ts";
+export { type GrammarConstraint } from "./lib/sample/chain.ts";
+export { GrammarVocabIndex } from "./lib/grammar/sampler.ts";
+export { type MappedFile } from "./lib/backend/host.ts";
+export { type ParsedGrammar, type ParseGrammarOptions } from "./lib/grammar/parser.ts";
+export { type QuantPreset } from "./lib/quant/rules.ts";
+export { type QuantizeProgress, type QuantizeResult } from "./lib/quant/quantize.ts";
+export { type Sampler } from "./lib/sample/samplers.ts";
+export { TokenCandidates } from "./lib/sample/candidates.ts";
+export { Vocab } from "./lib/tokenizer/vocab.ts";
+export { type BackendBuffer } from "./lib/backend/types.ts";
+export { type GGUFWriteTensor } from "./lib/gguf/writer.ts";
+export { type GrammarRule } from "./lib/grammar/parser.ts";
+export { GrammarStack, type PartialUtf8 } from "./lib/grammar/matcher.ts";
+export { PieceTrie } from "./lib/grammar/sampler.ts";
+export { type PreType } from "./lib/tokenizer/pre_types.ts";
+export { type SpecialName, type VocabType } from "./lib/tokenizer/vocab.ts";
+export { type TrieNode } from "./lib/grammar/sampler.ts";

@@ -449,7 +449,7 @@ Deno.test("quantizers match llama.cpp reference semantics bit-exactly", () => {
   assert.equal(out[0], Math.fround(127 * fp16ToF32(f32ToFp16(1 / 127))));
   // unsupported type → error code and message
   assert.equal(
-    lib.symbols.le_quantize_row(GGMLType.Q2_K, xs, new Uint8Array(4096), BigInt(256)),
+    lib.symbols.le_quantize_row(GGMLType.IQ2_XXS, xs, new Uint8Array(4096), BigInt(256)),
     -1,
   );
   assert.match(lib.lastError(), /unsupported type/);

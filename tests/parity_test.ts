@@ -15,7 +15,7 @@ const PROMPTS = [
   "Natasha looked at her mother and",
   "In the morning the army",
   "Pierre did not know what",
-  "\"Well, my dear,\" said the countess,",
+  '"Well, my dear," said the countess,',
   "The French had",
   "It was a cold evening in Moscow, and",
   "He was silent for a long time.",
@@ -80,14 +80,20 @@ async function checkModel(path: string, tol: number, label: string) {
   const got = (await m.ctx.decode(prompt, { allLogits: true })).logits;
   let worst = 0;
   for (let i = 0; i < prompt.length; i++) worst = Math.max(worst, maxAbsDiff(got[i], want[i]));
-  console.log(`${label}: 64-position prompt logits max |diff| = ${worst.toExponential(2)} (tolerance ${tol})`);
+  console.log(
+    `${label}: 64-position prompt logits max |diff| = ${worst.toExponential(2)} (tolerance ${tol})`,
+  );
   assert.ok(worst <= tol, `${label}: prompt logits differ by ${worst}`);
 
   // greedy continuations
   let lateTies = 0;
   for (const text of PROMPTS) {
     const ids = om.tokenize(text, { addSpecial: true });
-    assert.deepEqual(m.model.tokenizer.encode(text), ids, `${label}: tokenization of ${JSON.stringify(text)}`);
+    assert.deepEqual(
+      m.model.tokenizer.encode(text),
+      ids,
+      `${label}: tokenization of ${JSON.stringify(text)}`,
+    );
     const theirs = oc.greedy(ids, N_GEN);
     const mine = await ourGreedy(m.ctx, ids, N_GEN);
     const tie = theirs.gaps.findIndex((g) => g < TIE);
@@ -101,7 +107,9 @@ async function checkModel(path: string, tol: number, label: string) {
     const same = mine.tokens.findIndex((t, i) => t !== theirs.tokens[i]);
     console.log(
       `${label}: ${JSON.stringify(text)} identical for ${upto} steps` +
-        (tie < 0 ? " (no near-tie in 64)" : ` (near-tie at step ${tie}, gap ${theirs.gaps[tie].toExponential(1)})`) +
+        (tie < 0
+          ? " (no near-tie in 64)"
+          : ` (near-tie at step ${tie}, gap ${theirs.gaps[tie].toExponential(1)})`) +
         (same < 0 ? ", all 64 equal" : `, first difference at ${same}`),
     );
   }
@@ -129,8 +137,13 @@ Deno.test("parity: llama-2-tiny-random logits (near-ties everywhere: logits, not
   using om = oracle.load(TINY_RANDOM);
   using oc = om.context({ nCtx: 256, threads: 2 });
   using m = await ours(TINY_RANDOM);
-  const prompt = om.tokenize("Hello world, this is a test of the tiny random llama model.", { addSpecial: true });
-  assert.deepEqual(m.model.tokenizer.encode("Hello world, this is a test of the tiny random llama model."), prompt);
+  const prompt = om.tokenize("Hello world, this is a test of the tiny random llama model.", {
+    addSpecial: true,
+  });
+  assert.deepEqual(
+    m.model.tokenizer.encode("Hello world, this is a test of the tiny random llama model."),
+    prompt,
+  );
   const want = oc.decode(prompt, true);
   const got = (await m.ctx.decode(prompt, { allLogits: true })).logits;
   let worst = 0;

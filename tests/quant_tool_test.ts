@@ -9,7 +9,7 @@ import { openGGUF } from "../lib/gguf/mod.ts";
 import { quantizeModel } from "../lib/quant/quantize.ts";
 import { QUANT_PRESETS } from "../lib/quant/rules.ts";
 import { loadOracle } from "./oracle/oracle.ts";
-import { FTYPE, llamaQuantized, QUANT_DIR, TOLSTOY_F32 } from "./quant_util.ts";
+import { type FTYPE, llamaQuantized, QUANT_DIR, TOLSTOY_F32 } from "./quant_util.ts";
 
 // All 11 presets were checked byte-identical by hand; CI keeps the mixes and a
 // legacy/K pair to stay fast.

@@ -52,7 +52,13 @@ function randomTokens(n: number, nVocab: number, seed: number): number[] {
   });
 }
 
-async function childOurs(model: string, threads: number, pp: number, tg: number, reps: number): Promise<ChildResult> {
+async function childOurs(
+  model: string,
+  threads: number,
+  pp: number,
+  tg: number,
+  reps: number,
+): Promise<ChildResult> {
   const { Model } = await import("../model/model.ts");
   const { Context } = await import("../runtime/context.ts");
   const t0 = performance.now();
@@ -77,7 +83,13 @@ async function childOurs(model: string, threads: number, pp: number, tg: number,
   return { engine: "llm-edge", pp: ppR, tg: tgR, loadMs, peakRssMiB: peakRssMiB() };
 }
 
-async function childLlama(model: string, threads: number, pp: number, tg: number, reps: number): Promise<ChildResult> {
+async function childLlama(
+  model: string,
+  threads: number,
+  pp: number,
+  tg: number,
+  reps: number,
+): Promise<ChildResult> {
   const { loadOracle } = await import("../../tests/oracle/oracle.ts");
   const oracle = await loadOracle();
   const t0 = performance.now();
@@ -102,9 +114,31 @@ async function childLlama(model: string, threads: number, pp: number, tg: number
   return { engine: "llama.cpp", pp: ppR, tg: tgR, loadMs, peakRssMiB: peakRssMiB() };
 }
 
-async function runChild(engine: string, model: string, threads: number, pp: number, tg: number): Promise<ChildResult> {
+async function runChild(
+  engine: string,
+  model: string,
+  threads: number,
+  pp: number,
+  tg: number,
+): Promise<ChildResult> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", SELF, "--child", engine, "--model", model, "--threads", String(threads), "--pp", String(pp), "--tg", String(tg), "--reps", "1"],
+    args: [
+      "run",
+      "-A",
+      SELF,
+      "--child",
+      engine,
+      "--model",
+      model,
+      "--threads",
+      String(threads),
+      "--pp",
+      String(pp),
+      "--tg",
+      String(tg),
+      "--reps",
+      "1",
+    ],
     stdout: "piped",
     stderr: "inherit",
   }).output();
@@ -114,7 +148,13 @@ async function runChild(engine: string, model: string, threads: number, pp: numb
 }
 
 /** Benchmarks one file: alternating child runs, medians, ratios. */
-async function benchFile(model: string, threads: number, pp: number, tg: number, reps: number): Promise<void> {
+async function benchFile(
+  model: string,
+  threads: number,
+  pp: number,
+  tg: number,
+  reps: number,
+): Promise<void> {
   const ours: ChildResult[] = [], llama: ChildResult[] = [];
   for (let r = 0; r < reps; r++) {
     console.error(`bench: ${model.split("/").pop()} rep ${r + 1}/${reps}`);
@@ -132,13 +172,25 @@ async function benchFile(model: string, threads: number, pp: number, tg: number,
   console.log(`\n${name}  threads=${threads}  reps=${reps} (medians)`);
   console.log(`  engine      pp${pp} tok/s   tg${tg} tok/s   peak RSS MiB   load ms`);
   for (const [n, x] of [["llm-edge ", a], ["llama.cpp", b]] as const) {
-    console.log(`  ${n}  ${x.pp.toFixed(1).padStart(12)}  ${x.tg.toFixed(1).padStart(12)}  ${x.rss.toFixed(0).padStart(13)}  ${x.load.toFixed(0).padStart(8)}`);
+    console.log(
+      `  ${n}  ${x.pp.toFixed(1).padStart(12)}  ${x.tg.toFixed(1).padStart(12)}  ${
+        x.rss.toFixed(0).padStart(13)
+      }  ${x.load.toFixed(0).padStart(8)}`,
+    );
   }
-  console.log(`  ratio (ours/llama.cpp): pp ${(a.pp / b.pp).toFixed(2)}  tg ${(a.tg / b.tg).toFixed(2)}  rss ${(a.rss / b.rss).toFixed(2)}`);
+  console.log(
+    `  ratio (ours/llama.cpp): pp ${(a.pp / b.pp).toFixed(2)}  tg ${
+      (a.tg / b.tg).toFixed(2)
+    }  rss ${(a.rss / b.rss).toFixed(2)}`,
+  );
 }
 
 const FTYPES: Record<string, string> = {
-  q8_0: "Q8_0", q4_0: "Q4_0", q4_1: "Q4_1", q5_0: "Q5_0", q5_1: "Q5_1",
+  q8_0: "Q8_0",
+  q4_0: "Q4_0",
+  q4_1: "Q4_1",
+  q5_0: "Q5_0",
+  q5_1: "Q5_1",
 };
 
 /** Runs the CLI; returns the exit code. */
@@ -190,7 +242,9 @@ export async function main(args: string[]): Promise<number> {
     const { LlamaFtype } = await import("../../tests/oracle/oracle.ts");
     for (const t of a.types.split(",")) {
       const key = FTYPES[t] as keyof typeof LlamaFtype | undefined;
-      if (!key) throw new Error(`bench: --types: unknown type ${t} (known: ${Object.keys(FTYPES)})`);
+      if (!key) {
+        throw new Error(`bench: --types: unknown type ${t} (known: ${Object.keys(FTYPES)})`);
+      }
       const out = model.replace(/\.gguf$/, `-${t}.gguf`);
       try {
         Deno.statSync(out);
@@ -206,7 +260,9 @@ export async function main(args: string[]): Promise<number> {
     console.log("\ntokenizer encode speed (1 MiB mixed text)");
     for (const r of await compareEncodeSpeed()) {
       console.log(
-        `  ${r.model.padEnd(34)} ours ${r.ours.mbPerSec.toFixed(2).padStart(6)} MB/s  llama.cpp ${r.llama.mbPerSec.toFixed(2).padStart(6)} MB/s  ratio ${(r.ours.mbPerSec / r.llama.mbPerSec).toFixed(2)}  identical=${r.identical}`,
+        `  ${r.model.padEnd(34)} ours ${r.ours.mbPerSec.toFixed(2).padStart(6)} MB/s  llama.cpp ${
+          r.llama.mbPerSec.toFixed(2).padStart(6)
+        } MB/s  ratio ${(r.ours.mbPerSec / r.llama.mbPerSec).toFixed(2)}  identical=${r.identical}`,
       );
     }
   }
@@ -214,8 +270,16 @@ export async function main(args: string[]): Promise<number> {
     const { compareSamplingCost } = await import("../../tests/oracle/oracle_sample.ts");
     const c = await compareSamplingCost();
     console.log(`\nsampling cost per token, ${c.nVocab} vocabulary (µs)`);
-    console.log(`  default chain  ours ${(c.chain.ours / 1000).toFixed(1)}  llama.cpp ${(c.chain.llamaCpp / 1000).toFixed(1)}`);
-    console.log(`  json grammar   ours ${(c.grammar.ours / 1000).toFixed(1)}  llama.cpp ${(c.grammar.llamaCpp / 1000).toFixed(1)}`);
+    console.log(
+      `  default chain  ours ${(c.chain.ours / 1000).toFixed(1)}  llama.cpp ${
+        (c.chain.llamaCpp / 1000).toFixed(1)
+      }`,
+    );
+    console.log(
+      `  json grammar   ours ${(c.grammar.ours / 1000).toFixed(1)}  llama.cpp ${
+        (c.grammar.llamaCpp / 1000).toFixed(1)
+      }`,
+    );
   }
   return 0;
 }

@@ -22,9 +22,12 @@ import { Context } from "../runtime/context.ts";
 import { generate, type GenerateOptions, type GenerateResult } from "../runtime/generate.ts";
 
 /** The embedded default model, used when --model is not given. */
-export const DEFAULT_MODEL: string = fileURLToPath(new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url));
+export const DEFAULT_MODEL: string = fileURLToPath(
+  new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url),
+);
 
-const USAGE = `usage: deno task generate [--model FILE] [--prompt TEXT] [-n N] [--temp T] [--top-k K]
+const USAGE =
+  `usage: deno task generate [--model FILE] [--prompt TEXT] [-n N] [--temp T] [--top-k K]
   [--top-p P] [--min-p P] [--typical P] [--seed S] [--threads T] [--ctx N] [--format text|json]
   [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F] [--presence-penalty P]
   [--mirostat 1|2] [--mirostat-tau T] [--mirostat-eta E] [--grammar-file F] [--json-schema F]
@@ -98,7 +101,9 @@ export async function main(args: string[]): Promise<number> {
   const path = a.model ?? DEFAULT_MODEL;
   const text = format === "text";
   const tLoad = performance.now();
-  using model = await Model.load(path, { onProgress: text ? (s) => console.error(`load: ${s}`) : undefined });
+  using model = await Model.load(path, {
+    onProgress: text ? (s) => console.error(`load: ${s}`) : undefined,
+  });
   using ctx = await Context.create(model, {
     nCtx: num("ctx", a.ctx),
     threads: num("threads", a.threads),
@@ -121,7 +126,9 @@ export async function main(args: string[]): Promise<number> {
     mirostatTau: num("mirostat-tau", a["mirostat-tau"]),
     mirostatEta: num("mirostat-eta", a["mirostat-eta"]),
     grammar: a["grammar-file"] ? await Deno.readTextFile(a["grammar-file"]) : undefined,
-    jsonSchema: a["json-schema"] ? JSON.parse(await Deno.readTextFile(a["json-schema"])) : undefined,
+    jsonSchema: a["json-schema"]
+      ? JSON.parse(await Deno.readTextFile(a["json-schema"]))
+      : undefined,
     cfg: a["cfg-negative-prompt"] !== undefined
       ? { negativePrompt: a["cfg-negative-prompt"], scale: num("cfg-scale", a["cfg-scale"]) ?? 1 }
       : undefined,
@@ -143,8 +150,12 @@ export async function main(args: string[]): Promise<number> {
       await Deno.stdout.write(out.encode("\n"));
       const t = res.timings;
       console.error(
-        `load: ${loadMs.toFixed(0)} ms | prompt: ${t.promptTokens} tokens, ${t.promptTps.toFixed(1)} tok/s | ` +
-          `generation: ${t.genTokens} tokens, ${t.genTps.toFixed(1)} tok/s | stop: ${res.stopReason}`,
+        `load: ${loadMs.toFixed(0)} ms | prompt: ${t.promptTokens} tokens, ${
+          t.promptTps.toFixed(1)
+        } tok/s | ` +
+          `generation: ${t.genTokens} tokens, ${
+            t.genTps.toFixed(1)
+          } tok/s | stop: ${res.stopReason}`,
       );
     } else {
       console.log(JSON.stringify({

@@ -19,7 +19,7 @@ export class GrammarStack {
   /** Identity key. */
   readonly key: string;
   /** Cached successors by code point (only for char-topped stacks). */
-  readonly next = new Map<number, GrammarStack[]>();
+  readonly next: Map<number, GrammarStack[]> = new Map<number, GrammarStack[]>();
 
   /** Creates the instance. */
   constructor(elems: Int32Array, key: string) {

@@ -23,12 +23,19 @@ export interface RopeParams {
   readonly nDims: number;
   /** 0 normal (interleaved pairs), 2 NeoX (halves). */
   readonly mode: number;
+  /** Training context the RoPE frequencies were fitted to (YaRN). */
   readonly nCtxOrig: number;
+  /** RoPE base frequency. */
   readonly freqBase: number;
+  /** Position scale (1 / linear scaling factor). */
   readonly freqScale: number;
+  /** YaRN extrapolation mix (0 off). */
   readonly extFactor: number;
+  /** YaRN magnitude correction. */
   readonly attnFactor: number;
+  /** YaRN ramp start. */
   readonly betaFast: number;
+  /** YaRN ramp end. */
   readonly betaSlow: number;
 }
 
@@ -36,18 +43,27 @@ export interface RopeParams {
 export interface HParams {
   /** `general.architecture`. */
   readonly arch: string;
+  /** Vocabulary size. */
   readonly nVocab: number;
+  /** Context length the model was trained with. */
   readonly nCtxTrain: number;
+  /** Embedding width. */
   readonly nEmbd: number;
+  /** Transformer blocks. */
   readonly nLayer: number;
+  /** Query heads. */
   readonly nHead: number;
+  /** Key/value heads (GQA groups). */
   readonly nHeadKv: number;
+  /** Feed-forward width. */
   readonly nFF: number;
   /** Dimension of each K head (and Q head). */
   readonly headDimK: number;
   /** Dimension of each V head. */
   readonly headDimV: number;
+  /** RMSNorm epsilon. */
   readonly normEps: number;
+  /** RoPE settings. */
   readonly rope: RopeParams;
 }
 

@@ -26,7 +26,12 @@ export class Model implements Disposable {
   /** Tokenizer from the file's vocabulary. */
   readonly tokenizer: Tokenizer;
 
-  private constructor(file: GGUFModelFile, hparams: HParams, weights: LlamaWeights, tokenizer: Tokenizer) {
+  private constructor(
+    file: GGUFModelFile,
+    hparams: HParams,
+    weights: LlamaWeights,
+    tokenizer: Tokenizer,
+  ) {
     this.file = file;
     this.hparams = hparams;
     this.weights = weights;
@@ -41,7 +46,11 @@ export class Model implements Disposable {
     try {
       const hp = readHParams(file.header);
       if (!(SUPPORTED_ARCHS as readonly string[]).includes(hp.arch)) {
-        throw new ModelError(`${path}: architecture "${hp.arch}" is not supported (supported: ${SUPPORTED_ARCHS.join(", ")})`);
+        throw new ModelError(
+          `${path}: architecture "${hp.arch}" is not supported (supported: ${
+            SUPPORTED_ARCHS.join(", ")
+          })`,
+        );
       }
       say(`mapping ${file.header.tensors.length} tensors`);
       const weights = mapLlamaWeights(file, hp);

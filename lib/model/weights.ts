@@ -11,33 +11,51 @@ import { type HParams, ModelError } from "./hparams.ts";
 
 /** A weight as the graph needs it: where it is, its type and shape. */
 export interface WeightRef {
+  /** Tensor name in the GGUF file. */
   readonly name: string;
+  /** ggml type id. */
   readonly type: number;
+  /** Shape, ggml order. */
   readonly ne: readonly number[];
 }
 
 /** Weights of one transformer block. */
 export interface LayerWeights {
+  /** Attention RMSNorm weight. */
   readonly attnNorm: WeightRef;
+  /** Query projection. */
   readonly wq: WeightRef;
+  /** Key projection. */
   readonly wk: WeightRef;
+  /** Value projection. */
   readonly wv: WeightRef;
+  /** Attention output projection. */
   readonly wo: WeightRef;
+  /** Query bias (qwen2). */
   readonly bq?: WeightRef;
+  /** Key bias (qwen2). */
   readonly bk?: WeightRef;
+  /** Value bias (qwen2). */
   readonly bv?: WeightRef;
+  /** FFN RMSNorm weight. */
   readonly ffnNorm: WeightRef;
+  /** FFN gate projection. */
   readonly ffnGate: WeightRef;
+  /** FFN up projection. */
   readonly ffnUp: WeightRef;
+  /** FFN down projection. */
   readonly ffnDown: WeightRef;
 }
 
 /** All weights of a llama-family model. */
 export interface LlamaWeights {
+  /** Token embeddings. */
   readonly tokEmbd: WeightRef;
+  /** Final RMSNorm weight. */
   readonly outputNorm: WeightRef;
   /** `output.weight`, or `token_embd.weight` when the model ties them. */
   readonly output: WeightRef;
+  /** Per-block weights. */
   readonly layers: readonly LayerWeights[];
 }
 
@@ -54,7 +72,9 @@ export function mapLlamaWeights(file: GGUFModelFile, hp: HParams): LlamaWeights 
     while (ne.length < shape.length) ne.push(1);
     if (ne.length !== shape.length || ne.some((n, i) => n !== shape[i])) {
       throw new ModelError(
-        `${h.path}: tensor ${name} has shape [${t.ne}] (${ggmlTypeName(t.type)}), expected [${shape}]`,
+        `${h.path}: tensor ${name} has shape [${t.ne}] (${
+          ggmlTypeName(t.type)
+        }), expected [${shape}]`,
       );
     }
     return { name, type: t.type, ne };

@@ -59,14 +59,13 @@ export class Context implements Disposable {
   readonly nCtx: number;
   /** Most tokens per graph evaluation. */
   readonly nBatch: number;
-  /** The KV cache. */
-  readonly kv: KvCache;
   /** CPU threads asked for (undefined: physical cores). */
   readonly threads: number | undefined;
   /** KV cache element type. */
   readonly kvType: "f16" | "f32";
   /** The backend choice this context was created with. */
   readonly backendChoice: NonNullable<ContextOptions["backend"]>;
+  #kv: KvCache;
   #sched: Scheduler;
   #backends: Backend[];
   #splitter = new BatchSplitter();
@@ -86,7 +85,7 @@ export class Context implements Disposable {
     this.nBatch = o.nBatch;
     this.#backends = backends;
     const hp = model.hparams;
-    this.kv = new KvCache({
+    this.#kv = new KvCache({
       size: o.nCtx,
       nLayer: hp.nLayer,
       nHeadKv: hp.nHeadKv,
@@ -102,7 +101,12 @@ export class Context implements Disposable {
     });
     // Worst case once: a full batch attending the whole cache.
     const n = Math.min(o.nBatch, o.nCtx);
-    const { g } = this.#build({ nTokens: n, nOutputs: n, nKv: o.nCtx, slot: { idxs: Array.from({ length: n }, (_, i) => i) } });
+    const { g } = this.#build({
+      nTokens: n,
+      nOutputs: n,
+      nKv: o.nCtx,
+      slot: { idxs: Array.from({ length: n }, (_, i) => i) },
+    });
     this.#sched.reserve(g);
   }
 
@@ -110,10 +114,14 @@ export class Context implements Disposable {
   static async create(model: Model, options: ContextOptions = {}): Promise<Context> {
     const hp = model.hparams;
     const want = options.nCtx ?? Math.min(hp.nCtxTrain, 4096);
-    if (!Number.isInteger(want) || want <= 0) throw new ContextError(`nCtx must be a positive integer, got ${want}`);
+    if (!Number.isInteger(want) || want <= 0) {
+      throw new ContextError(`nCtx must be a positive integer, got ${want}`);
+    }
     const nCtx = Math.ceil(want / N_KV_PAD) * N_KV_PAD;
     const nBatch = options.nBatch ?? 512;
-    if (!Number.isInteger(nBatch) || nBatch <= 0) throw new ContextError(`nBatch must be a positive integer, got ${nBatch}`);
+    if (!Number.isInteger(nBatch) || nBatch <= 0) {
+      throw new ContextError(`nBatch must be a positive integer, got ${nBatch}`);
+    }
     const kind = options.backend ?? "cpu";
     let backends: Backend[];
     let assign: (layer: number) => Backend;
@@ -132,29 +140,41 @@ export class Context implements Disposable {
         assign = (layer) => (layer < kind.cpuLayers ? cpu : ref);
       }
     }
-    return new Context(model, { nCtx, nBatch, threads: options.threads, kvType: options.kvType ?? "f16", backend: kind }, backends, assign);
+    return new Context(
+      model,
+      { nCtx, nBatch, threads: options.threads, kvType: options.kvType ?? "f16", backend: kind },
+      backends,
+      assign,
+    );
   }
 
   #build(step: Parameters<typeof buildLlamaGraph>[5]): { g: Graph; io: LlamaGraph } {
     const g = new Graph();
     const m = this.model;
-    const io = buildLlamaGraph(g, m.hparams, m.weights, new WeightLeaves(m.file, g), this.kv, step);
+    const io = buildLlamaGraph(
+      g,
+      m.hparams,
+      m.weights,
+      new WeightLeaves(m.file, g),
+      this.#kv,
+      step,
+    );
     return { g, io };
   }
 
   /** Tokens currently in the cache for sequence 0 (the next position). */
   get nPast(): number {
-    return this.kv.seqPosMax(0) + 1;
+    return this.#kv.seqPosMax(0) + 1;
   }
 
   /** Forgets everything cached. */
   clear(): void {
-    this.kv.clear();
+    this.#kv.clear();
   }
 
   /** Drops cached positions >= pos of sequence 0 (to rewind or re-prompt). */
   truncate(pos: number): void {
-    this.kv.seqRm(0, pos, -1);
+    this.#kv.seqRm(0, pos, -1);
   }
 
   /**
@@ -169,18 +189,24 @@ export class Context implements Disposable {
     if (n === 0) throw new ContextError("decode: no tokens");
     const hp = this.model.hparams;
     if (this.nPast + n > this.nCtx) {
-      throw new ContextError(`decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtx}`);
+      throw new ContextError(
+        `decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtx}`,
+      );
     }
     const logitsFlags = new Uint8Array(n);
     if (opts.allLogits) logitsFlags.fill(1);
     else logitsFlags[n - 1] = 1;
     this.#splitter.init({ token: Int32Array.from(tokens), logits: logitsFlags }, {
       nVocab: hp.nVocab,
-      memory: this.kv,
+      memory: this.#kv,
     });
     this.#splitter.splitReset();
     const out: Float32Array[] = [];
-    for (let ub = this.#splitter.splitSimple(this.nBatch); ub; ub = this.#splitter.splitSimple(this.nBatch)) {
+    for (
+      let ub = this.#splitter.splitSimple(this.nBatch);
+      ub;
+      ub = this.#splitter.splitSimple(this.nBatch)
+    ) {
       opts.signal?.throwIfAborted();
       out.push(...await this.#decodeUbatch(ub, opts.signal));
     }
@@ -188,10 +214,10 @@ export class Context implements Disposable {
   }
 
   async #decodeUbatch(ub: Ubatch, signal?: AbortSignal): Promise<Float32Array[]> {
-    const slot = this.kv.findSlot(ub);
+    const slot = this.#kv.findSlot(ub);
     if (!slot) throw new ContextError(`decode: no room for ${ub.nTokens} tokens in the KV cache`);
-    this.kv.applyUbatch(slot, ub);
-    const nKv = this.kv.nKv();
+    this.#kv.applyUbatch(slot, ub);
+    const nKv = this.#kv.nKv();
     const outRows: number[] = [];
     ub.output.forEach((f, i) => f && outRows.push(i));
     const { g, io } = this.#build({ nTokens: ub.nTokens, nOutputs: outRows.length, nKv, slot });
@@ -200,7 +226,7 @@ export class Context implements Disposable {
     sched.setInput(io.tokens, ub.token!);
     sched.setInput(io.pos, ub.pos);
     if (this.#mask.length !== nKv * ub.nTokens) this.#mask = new Float32Array(nKv * ub.nTokens);
-    this.kv.fillMask(ub, nKv, this.#mask);
+    this.#kv.fillMask(ub, nKv, this.#mask);
     sched.setInput(io.mask, this.#mask);
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);
@@ -212,7 +238,7 @@ export class Context implements Disposable {
   /** Frees the cache, arenas and backends. */
   [Symbol.dispose](): void {
     this.#sched[Symbol.dispose]();
-    this.kv[Symbol.dispose]();
+    this.#kv[Symbol.dispose]();
     for (const b of this.#backends) b[Symbol.dispose]();
   }
 }

@@ -8,12 +8,17 @@
  */
 import { type JsonSchema, jsonSchemaToGrammar } from "../grammar/json_schema.ts";
 import { applyCfg } from "../sample/cfg.ts";
-import { type SamplerChain, samplerChainFromOptions, type SamplingOptions } from "../sample/chain.ts";
+import {
+  type SamplerChain,
+  samplerChainFromOptions,
+  type SamplingOptions,
+} from "../sample/chain.ts";
 import { StreamDecoder } from "../tokenizer/mod.ts";
 import { Context, type ContextOptions } from "./context.ts";
 
 /** Options of {@link generate}. */
-export interface GenerateOptions extends Omit<SamplingOptions, "nVocab" | "grammar" | "pieces" | "eogTokens"> {
+export interface GenerateOptions
+  extends Omit<SamplingOptions, "nVocab" | "grammar" | "pieces" | "eogTokens"> {
   /** Tokens to generate at most (default 128). */
   maxTokens?: number;
   /** Add BOS/EOS as the model asks when tokenizing the prompt (default true). */
@@ -97,7 +102,10 @@ export async function* generate(
   const maxTokens = opts.maxTokens ?? 128;
   const chain = samplerFor(ctx, opts);
   const stream = new StreamDecoder(tok, { special: opts.special });
-  const promptIds = tok.encode(prompt, { addSpecial: opts.addSpecial ?? true, parseSpecial: opts.parseSpecial });
+  const promptIds = tok.encode(prompt, {
+    addSpecial: opts.addSpecial ?? true,
+    parseSpecial: opts.parseSpecial,
+  });
   if (promptIds.length === 0) throw new RangeError("generate: the prompt has no tokens");
   for (const id of promptIds) chain.accept(id);
   // Penalties look at the prompt, the grammar does not: restart only the grammar.
@@ -111,7 +119,10 @@ export async function* generate(
     let guideLogits: Float32Array | null = null;
     if (opts.cfg && opts.cfg.scale !== 1) {
       guide = await Context.create(ctx.model, contextOptionsOf(ctx));
-      const neg = tok.encode(opts.cfg.negativePrompt, { addSpecial: opts.addSpecial ?? true, parseSpecial: opts.parseSpecial });
+      const neg = tok.encode(opts.cfg.negativePrompt, {
+        addSpecial: opts.addSpecial ?? true,
+        parseSpecial: opts.parseSpecial,
+      });
       guideLogits = (await guide.decode(neg, { signal: opts.signal })).logits[0];
     }
     const t1 = performance.now();
@@ -162,7 +173,11 @@ export async function* generate(
 }
 
 /** Runs {@link generate} to the end and returns its result. */
-export async function generateText(ctx: Context, prompt: string, opts: GenerateOptions = {}): Promise<GenerateResult> {
+export async function generateText(
+  ctx: Context,
+  prompt: string,
+  opts: GenerateOptions = {},
+): Promise<GenerateResult> {
   const it = generate(ctx, prompt, opts);
   for (;;) {
     const r = await it.next();
@@ -171,5 +186,11 @@ export async function generateText(ctx: Context, prompt: string, opts: GenerateO
 }
 
 function contextOptionsOf(ctx: Context): ContextOptions {
-  return { nCtx: ctx.nCtx, nBatch: ctx.nBatch, threads: ctx.threads, kvType: ctx.kvType, backend: ctx.backendChoice };
+  return {
+    nCtx: ctx.nCtx,
+    nBatch: ctx.nBatch,
+    threads: ctx.threads,
+    kvType: ctx.kvType,
+    backend: ctx.backendChoice,
+  };
 }

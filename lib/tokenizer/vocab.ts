@@ -229,24 +229,32 @@ export class Vocab {
   /** Attributes by id (TokenAttr bits). */
   readonly attrs: Uint16Array;
   /** Text → id (the last id wins on duplicates, as llama.cpp's map assignment). */
-  readonly byText = new Map<string, number>();
+  readonly byText: Map<string, number> = new Map<string, number>();
   /** "left right" → merge rank. */
-  readonly ranks = new Map<string, number>();
+  readonly ranks: Map<string, number> = new Map<string, number>();
   /** Special ids (-1 = none). */
   readonly ids: Record<SpecialName, number>;
   /** End-of-generation ids. */
-  readonly eog = new Set<number>();
+  readonly eog: Set<number> = new Set<number>();
   /** Control/user-defined/unknown ids, longest text first. */
   readonly specials: number[];
   /** Longest token in UTF-8 bytes. */
   readonly maxTokenLen: number;
+  /** Tokenize adds BOS. */
   addBos = false;
+  /** Tokenize adds EOS. */
   addEos = false;
+  /** Tokenize adds SEP (bert). */
   addSep = false;
+  /** SPM prefixes a space to each text segment. */
   addSpacePrefix = false;
+  /** Detokenize cleans up spaces around punctuation. */
   cleanSpaces = false;
+  /** BPE takes whole-word tokens before merging (llama3). */
   ignoreMerges = false;
+  /** WPM lowercases. */
   lowercase = true;
+  /** WPM strips accents. */
   stripAccents = true;
 
   /** Builds the vocabulary from metadata fields. */

@@ -17,7 +17,12 @@ export const TOLSTOY_F32: string = join(SHARED_DIR, "models", "tolstoy-6m-f32.gg
 /** tolstoy-6m in f16. */
 export const TOLSTOY_F16: string = join(SHARED_DIR, "models", "tolstoy-6m-f16.gguf");
 /** llama-2 vocabulary with random weights. */
-export const TINY_RANDOM: string = join(SHARED_DIR, "fixtures", "models", "llama-2-tiny-random.gguf");
+export const TINY_RANDOM: string = join(
+  SHARED_DIR,
+  "fixtures",
+  "models",
+  "llama-2-tiny-random.gguf",
+);
 
 /**
  * tolstoy-6m quantized by llama.cpp to `type` (a key of LlamaFtype, e.g.

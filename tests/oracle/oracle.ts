@@ -86,7 +86,10 @@ export class OracleModel implements Disposable {
     const out = new Map<string, string>();
     const n = s.or_meta_count(this.ptr);
     for (let i = 0; i < n; i++) {
-      out.set(this.#str((b, l) => s.or_meta_key(this.ptr, i, b, l)), this.#str((b, l) => s.or_meta_val(this.ptr, i, b, l)));
+      out.set(
+        this.#str((b, l) => s.or_meta_key(this.ptr, i, b, l)),
+        this.#str((b, l) => s.or_meta_val(this.ptr, i, b, l)),
+      );
     }
     return out;
   }
@@ -106,23 +109,58 @@ export class OracleModel implements Disposable {
     const bytes = enc.encode(text);
     const s = this.#lib.symbols;
     let out = new Int32Array(bytes.length + 8);
-    let n = s.or_tokenize(this.ptr, bytes, bytes.length, opts.addSpecial ? 1 : 0, opts.parseSpecial ? 1 : 0, out, out.length);
+    let n = s.or_tokenize(
+      this.ptr,
+      bytes,
+      bytes.length,
+      opts.addSpecial ? 1 : 0,
+      opts.parseSpecial ? 1 : 0,
+      out,
+      out.length,
+    );
     if (n < 0) {
       out = new Int32Array(-n);
-      n = s.or_tokenize(this.ptr, bytes, bytes.length, opts.addSpecial ? 1 : 0, opts.parseSpecial ? 1 : 0, out, out.length);
+      n = s.or_tokenize(
+        this.ptr,
+        bytes,
+        bytes.length,
+        opts.addSpecial ? 1 : 0,
+        opts.parseSpecial ? 1 : 0,
+        out,
+        out.length,
+      );
     }
     return [...out.subarray(0, n)];
   }
 
   /** llama_detokenize, as raw bytes (the text may hold partial UTF-8). */
-  detokenizeBytes(ids: number[], opts: { removeSpecial?: boolean; unparseSpecial?: boolean } = {}): Uint8Array {
+  detokenizeBytes(
+    ids: number[],
+    opts: { removeSpecial?: boolean; unparseSpecial?: boolean } = {},
+  ): Uint8Array {
     const toks = Int32Array.from(ids);
     const s = this.#lib.symbols;
     let out = new Uint8Array(ids.length * 16 + 16);
-    let n = s.or_detokenize(this.ptr, toks, toks.length, out, out.length, opts.removeSpecial ? 1 : 0, opts.unparseSpecial ? 1 : 0);
+    let n = s.or_detokenize(
+      this.ptr,
+      toks,
+      toks.length,
+      out,
+      out.length,
+      opts.removeSpecial ? 1 : 0,
+      opts.unparseSpecial ? 1 : 0,
+    );
     if (n < 0) {
       out = new Uint8Array(-n);
-      n = s.or_detokenize(this.ptr, toks, toks.length, out, out.length, opts.removeSpecial ? 1 : 0, opts.unparseSpecial ? 1 : 0);
+      n = s.or_detokenize(
+        this.ptr,
+        toks,
+        toks.length,
+        out,
+        out.length,
+        opts.removeSpecial ? 1 : 0,
+        opts.unparseSpecial ? 1 : 0,
+      );
     }
     return out.slice(0, n);
   }
@@ -130,7 +168,14 @@ export class OracleModel implements Disposable {
   /** llama_token_to_piece, as raw bytes. */
   pieceBytes(id: number, opts: { lstrip?: number; special?: boolean } = {}): Uint8Array {
     const out = new Uint8Array(256);
-    const n = this.#lib.symbols.or_token_to_piece(this.ptr, id, out, out.length, opts.lstrip ?? 0, opts.special ? 1 : 0);
+    const n = this.#lib.symbols.or_token_to_piece(
+      this.ptr,
+      id,
+      out,
+      out.length,
+      opts.lstrip ?? 0,
+      opts.special ? 1 : 0,
+    );
     return out.slice(0, Math.max(0, n));
   }
 
@@ -144,8 +189,16 @@ export class OracleModel implements Disposable {
   }
 
   /** A context for decoding (flash attention off, one sequence). */
-  context(opts: { nCtx?: number; nBatch?: number; threads?: number; kvType?: number } = {}): OracleContext {
-    const p = this.#lib.symbols.or_ctx_new(this.ptr, opts.nCtx ?? 256, opts.nBatch ?? 256, opts.threads ?? 2, opts.kvType ?? 1);
+  context(
+    opts: { nCtx?: number; nBatch?: number; threads?: number; kvType?: number } = {},
+  ): OracleContext {
+    const p = this.#lib.symbols.or_ctx_new(
+      this.ptr,
+      opts.nCtx ?? 256,
+      opts.nBatch ?? 256,
+      opts.threads ?? 2,
+      opts.kvType ?? 1,
+    );
     if (!p) throw new Error("oracle: llama_init_from_model failed");
     return new OracleContext(this.#lib, p, this.nVocab);
   }
@@ -181,7 +234,13 @@ export class OracleContext implements Disposable {
    */
   decode(tokens: number[], allLogits = false): Float32Array[] {
     const s = this.#lib.symbols;
-    const rc = s.or_decode(this.#ptr, Int32Array.from(tokens), tokens.length, this.pos, allLogits ? 1 : 0);
+    const rc = s.or_decode(
+      this.#ptr,
+      Int32Array.from(tokens),
+      tokens.length,
+      this.pos,
+      allLogits ? 1 : 0,
+    );
     if (rc !== 0) throw new Error(`oracle: llama_decode returned ${rc}`);
     this.pos += tokens.length;
     const rows = allLogits ? tokens.map((_, i) => i) : [tokens.length - 1];
@@ -193,7 +252,10 @@ export class OracleContext implements Disposable {
   }
 
   /** Greedy continuation of `prompt` for n tokens; with each step's top-2 logit gap. */
-  greedy(prompt: number[], n: number): { tokens: number[]; gaps: number[]; logits: Float32Array[] } {
+  greedy(
+    prompt: number[],
+    n: number,
+  ): { tokens: number[]; gaps: number[]; logits: Float32Array[] } {
     this.clear();
     let logits = this.decode(prompt)[0];
     const tokens: number[] = [];
@@ -236,7 +298,10 @@ export async function loadOracle(): Promise<Oracle> {
   if (!base) {
     const path = await ensureOracle();
     base = Deno.dlopen(path, BASE);
-    const rc = base.symbols.or_init(new TextEncoder().encode(ORACLE_BIN + "\0"), Deno.env.get("ORACLE_VERBOSE") ? 1 : 0);
+    const rc = base.symbols.or_init(
+      new TextEncoder().encode(ORACLE_BIN + "\0"),
+      Deno.env.get("ORACLE_VERBOSE") ? 1 : 0,
+    );
     if (rc !== 0) throw new Error(`oracle: no ggml backend found in ${ORACLE_BIN}`);
   }
   const lib = base;

@@ -47,7 +47,9 @@ function mtime(p: string): number {
 }
 
 async function fetchPackages(): Promise<void> {
-  if (exists(join(ORACLE_BIN, "libllama.v0.5.0.so")) && exists(join(ORACLE_DIR, "src", "include"))) {
+  if (
+    exists(join(ORACLE_BIN, "libllama.v0.5.0.so")) && exists(join(ORACLE_DIR, "src", "include"))
+  ) {
     return;
   }
   const tmp = await Deno.makeTempDir({ prefix: "llm-edge-oracle-" });
@@ -64,10 +66,24 @@ async function fetchPackages(): Promise<void> {
     Deno.mkdirSync(dir);
     await run("tar", ["-xzf", join(tmp, e.name), "-C", dir]);
   }
-  const binSrc = join(tmp, `node-llama-cpp-linux-x64-${ORACLE_NPM_VERSION}`, "package", "bins", "linux-x64");
+  const binSrc = join(
+    tmp,
+    `node-llama-cpp-linux-x64-${ORACLE_NPM_VERSION}`,
+    "package",
+    "bins",
+    "linux-x64",
+  );
   Deno.mkdirSync(ORACLE_BIN, { recursive: true });
-  for (const e of Deno.readDirSync(binSrc)) Deno.copyFileSync(join(binSrc, e.name), join(ORACLE_BIN, e.name));
-  const bundle = join(tmp, `node-llama-cpp-${ORACLE_NPM_VERSION}`, "package", "llama", "gitRelease.bundle");
+  for (const e of Deno.readDirSync(binSrc)) {
+    Deno.copyFileSync(join(binSrc, e.name), join(ORACLE_BIN, e.name));
+  }
+  const bundle = join(
+    tmp,
+    `node-llama-cpp-${ORACLE_NPM_VERSION}`,
+    "package",
+    "llama",
+    "gitRelease.bundle",
+  );
   const src = join(ORACLE_DIR, "src");
   if (exists(src)) Deno.removeSync(src, { recursive: true });
   await run("git", ["clone", "--quiet", bundle, src]);
