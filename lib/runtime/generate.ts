@@ -107,9 +107,8 @@ export async function* generate(
     parseSpecial: opts.parseSpecial,
   });
   if (promptIds.length === 0) throw new RangeError("generate: the prompt has no tokens");
-  for (const id of promptIds) chain.accept(id);
-  // Penalties look at the prompt, the grammar does not: restart only the grammar.
-  chain.grammar?.reset();
+  // Penalties look at the prompt; the grammar constrains only the output.
+  for (const id of promptIds) chain.accept(id, false);
 
   let guide: Context | null = null;
   try {

@@ -95,9 +95,13 @@ export class SamplerChain {
     return c.selectedToken();
   }
 
-  /** Records the chosen token in the grammar and in every stateful sampler. */
-  accept(token: number): void {
-    this.grammar?.accept(token);
+  /**
+   * Records a token in every stateful sampler and, unless `acceptGrammar` is
+   * false (prompt tokens, as llama.cpp's common_sampler_accept does), in the
+   * grammar.
+   */
+  accept(token: number, acceptGrammar = true): void {
+    if (acceptGrammar) this.grammar?.accept(token);
     for (const s of this.samplers) s.accept?.(token);
   }
 
