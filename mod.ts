@@ -32,6 +32,7 @@ export {
   type GeneratedToken,
   type GenerateOptions,
   type GenerateResult,
+  generateStream,
   generateText,
   type GenerateTimings,
   samplerFor,

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
-import { generate, generateText } from "../lib/runtime/generate.ts";
+import { generate, generateStream, generateText } from "../lib/runtime/generate.ts";
 import { loadOracle, top2 } from "./oracle/oracle.ts";
 import { TOLSTOY_F16, TOLSTOY_F32 } from "./oracle/models.ts";
 
@@ -73,7 +73,11 @@ Deno.test("generate: greedy tokens equal llama.cpp's up to the first near-tie", 
   using oc = om.context({ nCtx: 256 });
   const g = oc.greedy(om.tokenize(prompt, { addSpecial: true }), 32);
   using m = await open(TOLSTOY_F16);
-  const res = await generateText(m.ctx, prompt, { maxTokens: 32, temperature: 0, stopAtEog: false });
+  const res = await generateText(m.ctx, prompt, {
+    maxTokens: 32,
+    temperature: 0,
+    stopAtEog: false,
+  });
   const tie = g.gaps.findIndex((x) => x < 0.01);
   const upto = tie < 0 ? 32 : tie;
   assert.deepEqual(res.tokens.slice(0, upto), g.tokens.slice(0, upto));
@@ -118,7 +122,19 @@ Deno.test("generate: an AbortSignal stops generation between tokens", async () =
 
 Deno.test("generate CLI: --format json prints llama.cpp's greedy tokens for the embedded model", async () => {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "lib/cli/generate.ts", "--format", "json", "--temp", "0", "-n", "12", "--prompt", "The prince said that"],
+    args: [
+      "run",
+      "-A",
+      "lib/cli/generate.ts",
+      "--format",
+      "json",
+      "--temp",
+      "0",
+      "-n",
+      "12",
+      "--prompt",
+      "The prince said that",
+    ],
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -133,4 +149,34 @@ Deno.test("generate CLI: --format json prints llama.cpp's greedy tokens for the 
   assert.deepEqual(r.tokens.slice(0, upto), g.tokens.slice(0, upto));
   assert.equal(typeof r.text, "string");
   assert.ok(r.timings.prompt_tps > 0 && r.timings.gen_tps > 0);
+});
+
+Deno.test("generateStream: text chunks concatenate to generate()'s text; cancel stops it", async () => {
+  using m = await open(TOLSTOY_F16);
+  const want = await generateText(m.ctx, "The prince", {
+    maxTokens: 20,
+    temperature: 0,
+    stopAtEog: false,
+  });
+  let text = "";
+  for await (
+    const chunk of generateStream(m.ctx, "The prince", {
+      maxTokens: 20,
+      temperature: 0,
+      stopAtEog: false,
+    })
+  ) {
+    text += chunk;
+  }
+  assert.equal(text, want.text);
+  const reader = generateStream(m.ctx, "The prince", { maxTokens: 200 }).getReader();
+  await reader.read();
+  await reader.cancel();
+  // the context is free again: a new generation runs
+  const again = await generateText(m.ctx, "The prince", {
+    maxTokens: 4,
+    temperature: 0,
+    stopAtEog: false,
+  });
+  assert.equal(again.tokens.length, 4);
 });

@@ -9,7 +9,10 @@
  * with vpdpbusd on an unsigned view of the weights: for q8_0 x+128, for
  * q4_0 the raw nibble, with the bias (128 or 8 times the lane sum of y)
  * preloaded into the accumulator; integer arithmetic, so exactly the lanes
- * the sign/maddubs/madd sequence gives. */
+ * the sign/maddubs/madd sequence gives.
+ *
+ * F32/F16 tiles follow llamafile tinyBLAS instead (llama.cpp uses it for
+ * N >= 2); see tile_float. */
 #include "q_common.h"
 
 #if defined(LE_X86)
@@ -121,10 +124,132 @@ tile(const int Q4, const int RM, const int RN, int64_t n, float *s, size_t bs, c
   }
 }
 
+/* The same products in the 8-lane sequential form (one 256-bit accumulator
+ * per dot, blocks in order: ggml's AVX2 dot, which the q8_0 trait uses at
+ * every x86 level). Two dots share one 512-bit register: two columns when
+ * RN is even, else two rows, so the unit still works at full width. */
+LE_TARGET_VNNI static inline __m512i load_x2(const int Q4, const void *x0, const void *x1,
+                                             int64_t i) {
+  if (Q4) {
+    const le_block_q4_0 *a = x0, *b = x1;
+    return _mm512_inserti64x4(_mm512_castsi256_si512(nib_u8(a[i].qs)), nib_u8(b[i].qs), 1);
+  }
+  const le_block_q8_0 *a = x0, *b = x1;
+  return _mm512_xor_si512(pair_load(a[i].qs, b[i].qs), _mm512_set1_epi8((char)0x80));
+}
+
+LE_TARGET_VNNI static inline uint16_t x_scale(const int Q4, const void *x, int64_t i) {
+  return Q4 ? ((const le_block_q4_0 *)x)[i].d : ((const le_block_q8_0 *)x)[i].d;
+}
+
+LE_TARGET_VNNI static inline __attribute__((always_inline)) void
+tile_seq(const int Q4, const int RM, const int RN, int64_t n, float *s, size_t bs,
+         const void *vx, size_t bx, const void *vy, size_t by) {
+  const int64_t nb = n / LE_QK;
+  const __m512i ones = _mm512_set1_epi8(1);
+  const int shift = Q4 ? 3 : 7;
+  const int by_cols = RN % 2 == 0; /* else rows are paired (RM even) */
+  const int NP = by_cols ? RM * (RN / 2) : (RM / 2) * RN;
+  __m512 acc[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < NP; k++) acc[k] = _mm512_setzero_ps();
+#define XR(r) ((const char *)vx + (r) * bx)
+#define YC(c) ((const le_block_q8_0 *)((const char *)vy + (c) * by))
+  for (int64_t i = 0; i < nb; i++) {
+    if (by_cols) {
+      __m512i xq[4];
+      __m512 xd[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < RM; r++) {
+        xq[r] = load_x2(Q4, XR(r), XR(r), i);
+        xd[r] = _mm512_set1_ps(_cvtsh_ss(x_scale(Q4, XR(r), i)));
+      }
+#pragma GCC unroll 2
+      for (int cp = 0; cp < RN / 2; cp++) {
+        const le_block_q8_0 *y0 = YC(2 * cp), *y1 = YC(2 * cp + 1);
+        const __m512i yq = pair_load(y0[i].qs, y1[i].qs);
+        const __m512 yd = pair_scale(y0[i].d, y1[i].d);
+        const __m512i bias = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, yq), shift));
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+          const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, xq[r], yq));
+          __m512 *a = &acc[r * (RN / 2) + cp];
+          *a = _mm512_fmadd_ps(_mm512_mul_ps(xd[r], yd), sum, *a);
+        }
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int c = 0; c < RN; c++) {
+        const le_block_q8_0 *y = YC(c);
+        const __m512i yq = pair_load(y[i].qs, y[i].qs);
+        const __m512 yd = _mm512_set1_ps(_cvtsh_ss(y[i].d));
+        const __m512i bias = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, yq), shift));
+#pragma GCC unroll 2
+        for (int rp = 0; rp < RM / 2; rp++) {
+          const __m512i xq = load_x2(Q4, XR(2 * rp), XR(2 * rp + 1), i);
+          const __m512 xd = pair_scale(x_scale(Q4, XR(2 * rp), i), x_scale(Q4, XR(2 * rp + 1), i));
+          const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, xq, yq));
+          __m512 *a = &acc[c * (RM / 2) + rp];
+          *a = _mm512_fmadd_ps(_mm512_mul_ps(xd, yd), sum, *a);
+        }
+      }
+    }
+  }
+#undef XR
+#undef YC
+#pragma GCC unroll 8
+  for (int k = 0; k < NP; k++) {
+    const __m256 lo = _mm512_castps512_ps256(acc[k]);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k]), 1));
+    int r0, c0, r1, c1;
+    if (by_cols) {
+      r0 = r1 = k / (RN / 2);
+      c0 = 2 * (k % (RN / 2));
+      c1 = c0 + 1;
+    } else {
+      c0 = c1 = k / (RM / 2);
+      r0 = 2 * (k % (RM / 2));
+      r1 = r0 + 1;
+    }
+    s[c0 * bs + r0] = le_hsum_ps256(lo);
+    s[c1 * bs + r1] = le_hsum_ps256(hi);
+  }
+}
+
+/* One dot in the sequential form, 256 bits wide. */
+LE_TARGET_VNNI static void seq_1x1(const int Q4, int64_t n, float *s, const void *vx,
+                                   const void *vy) {
+  const le_block_q8_0 *y = vy;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    __m256i xq;
+    if (Q4) xq = _mm256_sub_epi8(nib_u8(((const le_block_q4_0 *)vx)[i].qs), _mm256_set1_epi8(8));
+    else xq = _mm256_loadu_si256((const __m256i *)((const le_block_q8_0 *)vx)[i].qs);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(x_scale(Q4, vx, i)) * _cvtsh_ss(y[i].d));
+    acc = _mm256_fmadd_ps(
+        d, le_mul_sum_i8_avx2(xq, _mm256_loadu_si256((const __m256i *)y[i].qs)), acc);
+  }
+  *s = le_hsum_ps256(acc);
+}
+
 #define TILE_FN(name, Q4, RM, RN)                                                          \
   LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
                                   const void *y, size_t by) {                              \
     tile(Q4, RM, RN, n, s, bs, x, bx, y, by);                                              \
+  }
+#define SEQ_FN(name, Q4, RM, RN)                                                           \
+  LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
+                                  const void *y, size_t by) {                              \
+    tile_seq(Q4, RM, RN, n, s, bs, x, bx, y, by);                                          \
+  }
+#define SEQ1_FN(name, Q4)                                                                  \
+  LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
+                                  const void *y, size_t by) {                              \
+    seq_1x1(Q4, n, s, x, y);                                                               \
   }
 
 TILE_FN(q8_4x4, 0, 4, 4)
@@ -135,18 +260,93 @@ TILE_FN(q4_4x4, 1, 4, 4)
 TILE_FN(q4_4x1, 1, 4, 1)
 TILE_FN(q4_1x4, 1, 1, 4)
 TILE_FN(q4_1x1, 1, 1, 1)
+SEQ_FN(q8s_4x4, 0, 4, 4)
+SEQ_FN(q8s_4x1, 0, 4, 1)
+SEQ_FN(q8s_1x4, 0, 1, 4)
+SEQ1_FN(q8s_1x1, 0)
+SEQ_FN(q4s_4x4, 1, 4, 4)
+SEQ_FN(q4s_4x1, 1, 4, 1)
+SEQ_FN(q4s_1x4, 1, 1, 4)
+SEQ1_FN(q4s_1x1, 1)
 
-static const le_gemm_tiles tiles_q8_0 = {.t44 = q8_4x4, .t41 = q8_4x1, .t14 = q8_1x4, .t11 = q8_1x1};
-static const le_gemm_tiles tiles_q4_0 = {.t44 = q4_4x4, .t41 = q4_4x1, .t14 = q4_1x4, .t11 = q4_1x1};
+/* F32 and F16 weights for N >= 2 in llamafile's tinyBLAS<16, __m512> order:
+ * one 16-lane accumulator per output, acc = fma(a[l..l+16], b[l..l+16], acc)
+ * for l in steps of 16 (f16 widened exactly), then _mm512_reduce_add_ps.
+ * n must be a multiple of 16 (mul_mat checks). */
+LE_TARGET_VNNI static inline __m512 ld16(const int F16, const void *p, int64_t l) {
+  if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + l)));
+  return _mm512_loadu_ps((const float *)p + l);
+}
+
+LE_TARGET_VNNI static inline __attribute__((always_inline)) void
+tile_float(const int F16, const int RM, const int RN, int64_t n, float *s, size_t bs,
+           const void *vx, size_t bx, const void *vy, size_t by) {
+  __m512 acc[4][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < RM; r++)
+#pragma GCC unroll 4
+    for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t l = 0; l < n; l += 16) {
+    __m512 a[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) a[r] = ld16(F16, (const char *)vx + r * bx, l);
+#pragma GCC unroll 4
+    for (int c = 0; c < RN; c++) {
+      const __m512 b = ld16(F16, (const char *)vy + c * by, l);
+#pragma GCC unroll 4
+      for (int r = 0; r < RM; r++) acc[r][c] = _mm512_fmadd_ps(a[r], b, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < RM; r++)
+#pragma GCC unroll 4
+    for (int c = 0; c < RN; c++) s[c * bs + r] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+#define FLOAT_FN(name, F16, RM, RN)                                                        \
+  LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
+                                  const void *y, size_t by) {                              \
+    tile_float(F16, RM, RN, n, s, bs, x, bx, y, by);                                       \
+  }
+FLOAT_FN(f16_4x4, 1, 4, 4)
+FLOAT_FN(f16_4x1, 1, 4, 1)
+FLOAT_FN(f16_1x4, 1, 1, 4)
+FLOAT_FN(f16_1x1, 1, 1, 1)
+FLOAT_FN(f32_4x4, 0, 4, 4)
+FLOAT_FN(f32_4x1, 0, 4, 1)
+FLOAT_FN(f32_1x4, 0, 1, 4)
+FLOAT_FN(f32_1x1, 0, 1, 1)
+static const le_gemm_tiles sgemm_f16 = {
+    .t44 = f16_4x4, .t41 = f16_4x1, .t14 = f16_1x4, .t11 = f16_1x1};
+static const le_gemm_tiles sgemm_f32 = {
+    .t44 = f32_4x4, .t41 = f32_4x1, .t14 = f32_1x4, .t11 = f32_1x1};
+
+static const le_gemm_tiles tiles_q8_0 = {
+    .t44 = q8_4x4, .t41 = q8_4x1, .t14 = q8_1x4, .t11 = q8_1x1};
+static const le_gemm_tiles tiles_q4_0 = {
+    .t44 = q4_4x4, .t41 = q4_4x1, .t14 = q4_1x4, .t11 = q4_1x1};
+static const le_gemm_tiles seq_q8_0 = {
+    .t44 = q8s_4x4, .t41 = q8s_4x1, .t14 = q8s_1x4, .t11 = q8s_1x1};
+static const le_gemm_tiles seq_q4_0 = {
+    .t44 = q4s_4x4, .t41 = q4s_4x1, .t14 = q4s_1x4, .t11 = q4s_1x1};
 #endif
 
-const le_gemm_tiles *le_gemm_x86(int32_t type) {
+const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas) {
 #if defined(LE_X86)
-  if (le_simd() != LE_SIMD_AVX512 || !has_vnni()) return NULL;
-  if (type == LE_TYPE_Q8_0) return &tiles_q8_0;
-  if (type == LE_TYPE_Q4_0) return &tiles_q4_0;
+  if (le_simd() != LE_SIMD_AVX512) return NULL;
+  if (tinyblas && type == LE_TYPE_F16) return &sgemm_f16;
+  if (tinyblas && type == LE_TYPE_F32) return &sgemm_f32;
+  if (!has_vnni()) return NULL;
+  /* Follow the vec_dot in effect: when the AVX-512 entry is the AVX2 dot,
+   * sums are 8-lane sequential (also tinyBLAS_Q0_AVX's order for N >= 2),
+   * otherwise blocks are paired. */
+  const le_type_traits *t = le_traits(type);
+  const int seq = t && t->vec_dot[LE_SIMD_AVX512] == t->vec_dot[LE_SIMD_AVX2];
+  if (type == LE_TYPE_Q8_0) return seq ? &seq_q8_0 : &tiles_q8_0;
+  if (type == LE_TYPE_Q4_0) return seq ? &seq_q4_0 : &tiles_q4_0;
 #else
   (void)type;
+  (void)tinyblas;
 #endif
   return NULL;
 }

@@ -44,6 +44,25 @@ typedef void (*le_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y)
 typedef void (*le_to_float_fn)(const void *x, float *y, int64_t n);
 typedef void (*le_from_float_fn)(const float *x, void *y, int64_t n);
 
+/* A tile of dot products: s[c * bs + r] = dot(row r of x, column c of y)
+ * for r < RM, c < RN (the rows bx bytes apart, the columns by bytes apart,
+ * bs counted in floats). Every element must be computed the same way
+ * wherever it sits in a tile, so results never depend on how mul_mat splits
+ * the output (thread count, tile edges); the operation order should be
+ * llama.cpp's for that type and case (gemv for N == 1, gemm for N >= 2). */
+typedef void (*le_gemm_fn)(int64_t n, float *s, size_t bs, const void *x, size_t bx,
+                           const void *y, size_t by);
+
+/* The tile shapes mul_mat uses. N == 1 (matrix-vector, ggml's gemv): t41
+ * for each 4 rows, t11 for leftover rows. N >= 2 (ggml's gemm): t44 for
+ * full tiles, t14 for leftover rows, and each leftover column through
+ * t44/t14 with by = 0 and bs = 0 (the same column four times, written to
+ * the same place), so every N >= 2 output comes from the gemm-form code.
+ * All four must be set. */
+typedef struct le_gemm_tiles {
+  le_gemm_fn t44, t41, t14, t11;
+} le_gemm_tiles;
+
 /* Everything the generic code needs to know about one tensor type; each
  * q_<type>.c file defines exactly one of these. */
 typedef struct le_type_traits {
@@ -59,6 +78,9 @@ typedef struct le_type_traits {
   le_from_float_fn from_float_act;
   int32_t vec_dot_type;
   le_vec_dot_fn vec_dot[LE_SIMD_COUNT]; /* NULL entries fall back to scalar */
+  /* Optional tiled dot products per SIMD level (see le_gemm_tiles); NULL =
+   * mul_mat calls vec_dot per element. */
+  const le_gemm_tiles *gemm[LE_SIMD_COUNT];
 } le_type_traits;
 
 extern const le_type_traits le_traits_f32, le_traits_f16, le_traits_bf16, le_traits_q8_0,
@@ -66,6 +88,10 @@ extern const le_type_traits le_traits_f32, le_traits_f16, le_traits_bf16, le_tra
 
 const le_type_traits *le_traits(int32_t type);
 le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
+/* Built-in AVX-512 tiles (gemm_x86.c), or NULL: q8_0/q4_0 in their vec_dot
+ * order (needs VNNI); with tinyblas set, F32/F16 in llamafile tinyBLAS order
+ * (for N >= 2, K % 16 == 0, M % 4 == 0 only, as llama.cpp). */
+const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas);
 static inline size_t le_row_size(const le_type_traits *t, int64_t n) {
   return (size_t)(n / t->blck) * t->size;
 }
@@ -129,6 +155,10 @@ typedef struct le_compute_params {
 } le_compute_params;
 
 void le_barrier(le_ctx *ctx);
+/* Work sharing inside one node: returns 0, 1, 2, ... across all threads
+ * (each value once); the count restarts at 0 at every barrier. Which thread
+ * gets which unit must never change a result. */
+int64_t le_next_chunk(le_ctx *ctx);
 /* Record a data-dependent failure seen by any thread (first one wins). */
 void le_ctx_fail(le_ctx *ctx, const char *msg);
 

@@ -12,9 +12,83 @@
 
 #define BLK_ROWS 16
 #define BLK_COLS 8
+#define BLK_COLS_TILE 16
+#ifndef PF_ROWS
+#define PF_ROWS 32
+#endif
 
 static int src1_direct(const le_node *n, const le_type_traits *vt) {
   return vt->type == LE_TYPE_F32 && n->src[1].nb[0] == 4;
+}
+
+/* ggml_is_contiguous: dims of size 1 may have any stride. */
+static int contiguous(const le_tensor *t, size_t esize) {
+  int64_t next = (int64_t)esize;
+  for (int i = 0; i < 4; i++) {
+    if (t->ne[i] != 1 && t->nb[i] != next) return 0;
+    next *= t->ne[i];
+  }
+  return 1;
+}
+
+/* Which tiles compute this node (NULL: one vec_dot per output). The type's
+ * own entry wins (repacked types follow llama.cpp's repack kernels); F32
+ * and F16 switch to tinyBLAS order exactly where llama.cpp calls
+ * llamafile_sgemm: N >= 2, K % 16 == 0, M % 4 == 0, and for F32 a
+ * contiguous src1 (F16 converts src1 first, so any layout). */
+static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
+  const le_gemm_tiles *own = t->gemm[le_simd()];
+  if (own) return own;
+  const le_tensor *a = &n->src[0], *b = &n->src[1];
+  if (t->type == LE_TYPE_F32 || t->type == LE_TYPE_F16) {
+    const int ok = b->ne[1] >= 2 && a->ne[0] % 16 == 0 && a->ne[1] % 4 == 0 &&
+                   (t->type == LE_TYPE_F16 || contiguous(b, 4));
+    return ok ? le_gemm_x86(t->type, 1) : NULL;
+  }
+  return le_gemm_x86(t->type, 0);
+}
+
+/* Rows [ir0, ir1) of one weight matrix against all ne11 columns, in tiles
+ * (see le_gemm_tiles for which shape computes what); column blocks keep a
+ * few activation rows hot in L1 while this block's weight rows are reused
+ * across them. */
+static void tile_block(const le_gemm_tiles *gt, int64_t K, const char *x, size_t bx, int64_t ir0,
+                       int64_t ir1, int64_t M, const char *y, size_t by, int64_t ne11, float *dst,
+                       size_t bs) {
+  if (ne11 == 1) {
+    int64_t ir = ir0;
+    for (; ir + 4 <= ir1; ir += 4) {
+      /* Matrix-vector products stream the weights once: fetch the group
+       * after next ahead of the hardware prefetcher, which stops at pages. */
+      const char *pf = x + LE_MIN(ir + PF_ROWS, M) * bx;
+      const char *pf_end = x + LE_MIN(ir + PF_ROWS + 4, M) * bx;
+      for (; pf < pf_end; pf += 64) __builtin_prefetch(pf, 0, 3);
+      gt->t41(K, dst + ir, bs, x + ir * bx, bx, y, by);
+    }
+    for (; ir < ir1; ir++) gt->t11(K, dst + ir, bs, x + ir * bx, bx, y, by);
+    return;
+  }
+  for (int64_t jc = 0; jc < ne11; jc += BLK_COLS_TILE) {
+    const int64_t jc1 = LE_MIN(jc + BLK_COLS_TILE, ne11);
+    for (int64_t ir = ir0; ir < ir1; ir += 4) {
+      const int64_t nr = LE_MIN(4, ir1 - ir);
+      const char *xr = x + ir * bx;
+      for (int64_t c = jc; c < jc1; c += 4) {
+        const int64_t nc = LE_MIN(4, jc1 - c);
+        const char *yc = y + c * by;
+        float *o = dst + c * bs + ir;
+        for (int64_t i = 0; i < (nr == 4 ? 1 : nr); i++) {
+          const le_gemm_fn f = nr == 4 ? gt->t44 : gt->t14;
+          if (nc == 4) {
+            f(K, o + i, bs, xr + i * bx, bx, yc, by);
+          } else {
+            for (int64_t j = 0; j < nc; j++)
+              f(K, o + j * bs + i, 0, xr + i * bx, bx, yc + j * by, 0);
+          }
+        }
+      }
+    }
+  }
 }
 
 int le_mul_mat_check(const le_node *n) {
@@ -76,14 +150,26 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     le_barrier(p->ctx);
   }
 
+  const le_gemm_tiles *gt = d->nb[1] % 4 ? NULL : tiles_for(n, t);
   const int64_t nrb = (M + BLK_ROWS - 1) / BLK_ROWS;
   const int64_t units = nrb * ne12 * ne13;
-  const int64_t u0 = units * p->ith / p->nth, u1 = units * (p->ith + 1) / p->nth;
-  for (int64_t u = u0; u < u1; u++) {
+  /* Units are handed out dynamically: a thread that another process
+   * preempts does not hold the others up at the barrier. */
+  for (int64_t u = le_next_chunk(p->ctx); u < units; u = le_next_chunk(p->ctx)) {
     const int64_t plane = u / nrb, rb = u % nrb;
     const int64_t i12 = plane % ne12, i13 = plane / ne12;
     const char *arow = (const char *)(uintptr_t)a->data + (i12 / r2) * a->nb[2] + (i13 / r3) * a->nb[3];
     const int64_t ir0 = rb * BLK_ROWS, ir1 = LE_MIN(ir0 + BLK_ROWS, M);
+    if (gt) {
+      const char *ybase = direct
+          ? (const char *)(uintptr_t)b->data + i12 * b->nb[2] + i13 * b->nb[3]
+          : (const char *)p->wdata + (size_t)((i13 * ne12 + i12) * ne11) * vrow;
+      float *dbase = (float *)((char *)(uintptr_t)d->data + i12 * d->nb[2] + i13 * d->nb[3]);
+      const size_t by = direct ? (size_t)b->nb[1] : vrow;
+      tile_block(gt, K, arow, (size_t)a->nb[1], ir0, ir1, M, ybase, by, ne11, dbase,
+                 (size_t)d->nb[1] / 4);
+      continue;
+    }
     for (int64_t jc = 0; jc < ne11; jc += BLK_COLS) {
       const int64_t jc1 = LE_MIN(jc + BLK_COLS, ne11);
       for (int64_t i11 = jc; i11 < jc1; i11++) {
@@ -91,7 +177,13 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
             ? (const void *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] + i12 * b->nb[2] + i13 * b->nb[3])
             : (const void *)((const char *)p->wdata + (size_t)((i13 * ne12 + i12) * ne11 + i11) * vrow);
         float *out = (float *)((char *)(uintptr_t)d->data + i11 * d->nb[1] + i12 * d->nb[2] + i13 * d->nb[3]);
-        for (int64_t i01 = ir0; i01 < ir1; i01++) dot(K, &out[i01], arow + i01 * a->nb[1], y);
+        for (int64_t i01 = ir0; i01 < ir1; i01++) {
+          if (ne11 == 1 && i01 + PF_ROWS < M) { /* see tile_block */
+            const char *pf = arow + (i01 + PF_ROWS) * a->nb[1];
+            for (int64_t o = 0; o < a->nb[1]; o += 64) __builtin_prefetch(pf + o, 0, 3);
+          }
+          dot(K, &out[i01], arow + i01 * a->nb[1], y);
+        }
       }
     }
   }

@@ -1,7 +1,9 @@
 /* Integer dot helpers shared by the K-quant kernels. Every K-quant dot works
  * on unsigned weight codes (signed offsets are folded in through q8_K's
- * per-16 sums), so the integer result of a super-block is exact and the
- * scalar and SIMD paths finish it with the same float operations. */
+ * per-16 sums), so integer partial sums are exact; what must match ggml is
+ * which integers are formed (SIMD lanes, chunks) and the float operations
+ * that combine them, which each type file copies from the ggml kernel
+ * llama.cpp runs on x86 (ggml_vec_dot_* AVX2, or repack.cpp's gemv/gemm). */
 #ifndef LE_Q_K_SIMD_H
 #define LE_Q_K_SIMD_H
 #include "q_common.h"
@@ -13,6 +15,11 @@ static inline int32_t le_kdot_scalar(const uint8_t *qu, const int8_t *y, int n) 
   int32_t s = 0;
   for (int j = 0; j < n; j++) s += qu[j] * y[j];
   return s;
+}
+
+/* ggml's hsum_float_8 (halves, then pairs, then the last two) in scalar form */
+static inline float le_hsum8_scalar(const float a[8]) {
+  return ((a[4] + a[0]) + (a[6] + a[2])) + ((a[5] + a[1]) + (a[7] + a[3]));
 }
 
 #if defined(LE_X86)
@@ -37,6 +44,32 @@ LE_TARGET_AVX2 LE_INLINE __m256i le_load256(const void *p) {
   return _mm256_loadu_si256((const __m256i *)p);
 }
 #endif
+
+/* Tiles (le_gemm_tiles) for a type llama.cpp repacks on x86: mul_mat hands
+ * a column to the 4-column tiles exactly when llama.cpp's repacked mul_mat
+ * would run it through ggml_gemm_* (full groups of 4 columns), and to the
+ * 1-column tiles when it would use ggml_gemv_* (the ne11 % 4 leftovers), so
+ * each tile calls the per-element dot in that kernel's order. */
+#define LE_K_REPACK_TILES(name, gemv, gemm)                                                   \
+  static void name##_t44(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
+                         const void *y, size_t by) {                                          \
+    for (int c = 0; c < 4; c++)                                                               \
+      for (int r = 0; r < 4; r++)                                                             \
+        gemm(n, s + c * bs + r, (const char *)x + r * bx, (const char *)y + c * by);          \
+  }                                                                                           \
+  static void name##_t41(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
+                         const void *y, size_t by) {                                          \
+    for (int r = 0; r < 4; r++) gemv(n, s + r, (const char *)x + r * bx, y);                  \
+  }                                                                                           \
+  static void name##_t14(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
+                         const void *y, size_t by) {                                          \
+    for (int c = 0; c < 4; c++) gemm(n, s + c * bs, x, (const char *)y + c * by);             \
+  }                                                                                           \
+  static void name##_t11(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
+                         const void *y, size_t by) {                                          \
+    gemv(n, s, x, y);                                                                         \
+  }                                                                                           \
+  static const le_gemm_tiles name = {name##_t44, name##_t41, name##_t14, name##_t11};
 
 /* Defines name_avx2 and name_avx512 from one always-inline body
  * `name_body(n, s, vx, vy)`: the AVX-512 variant is the same algorithm built

@@ -111,6 +111,55 @@ LE_TARGET_AVX2 LE_INLINE void dot_q2_k_body(int64_t n, float *s, const void *vx,
   *s = sum;
 }
 LE_K_SIMD_VARIANTS(dot_q2_k)
+
+/* llama.cpp repacks q2_K (ne1 % 8 == 0) only where AVX-512 exists; its
+ * kernels keep a scale chain and a min chain per output and subtract them at
+ * the end, adding once per super-block in gemv and once per 128-element half
+ * in gemm. isum[h]/msum[h] are the exact integer pieces of half h. */
+LE_TARGET_AVX2 static void q2_k_halves(const le_block_q2_k *x, const le_block_q8_k *y,
+                                       int32_t isum[2], int32_t msum[2]) {
+  for (int h = 0; h < 2; h++) {
+    const __m256i q = le_load256(x->qs + 32 * h);
+    __m256i acc = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+      const int c = 4 * h + k;
+      acc = _mm256_add_epi32(acc, le_kdot32_avx2(le_shr_mask_avx2(q, 2 * k, 3), y->qs + 32 * c,
+                                                 x->scales[2 * c] & 0xF,
+                                                 x->scales[2 * c + 1] & 0xF));
+    }
+    isum[h] = le_hsum_i32_avx2(acc);
+    msum[h] = 0;
+    for (int g = 8 * h; g < 8 * h + 8; g++) msum[h] += (x->scales[g] >> 4) * y->bsums[g];
+  }
+}
+LE_TARGET_AVX2 LE_INLINE float q2_k_repack_dot(int64_t n, const void *vx, const void *vy,
+                                               int per_half) {
+  const le_block_q2_k *x = vx;
+  const le_block_q8_k *y = vy;
+  float acc = 0.0f, accm = 0.0f;
+  int32_t isum[2], msum[2];
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    q2_k_halves(&x[i], &y[i], isum, msum);
+    const float d = le_h2f(x[i].d) * y[i].d, dm = le_h2f(x[i].dmin) * y[i].d;
+    if (per_half) {
+      for (int h = 0; h < 2; h++) {
+        acc = fmaf((float)isum[h], d, acc);
+        accm = fmaf((float)msum[h], dm, accm);
+      }
+    } else {
+      acc = fmaf((float)(isum[0] + isum[1]), d, acc);
+      accm = fmaf((float)(msum[0] + msum[1]), dm, accm);
+    }
+  }
+  return acc - accm;
+}
+LE_TARGET_AVX512 static void q2_k_gemv(int64_t n, float *s, const void *vx, const void *vy) {
+  *s = q2_k_repack_dot(n, vx, vy, 0);
+}
+LE_TARGET_AVX512 static void q2_k_gemm(int64_t n, float *s, const void *vx, const void *vy) {
+  *s = q2_k_repack_dot(n, vx, vy, 1);
+}
+LE_K_REPACK_TILES(q2_k_tiles_avx512, q2_k_gemv, q2_k_gemm)
 #endif
 
 const le_type_traits le_traits_q2_k = {
@@ -129,4 +178,7 @@ const le_type_traits le_traits_q2_k = {
         [LE_SIMD_AVX512] = dot_q2_k_avx512,
 #endif
     },
+#if defined(LE_X86)
+    .gemm = {[LE_SIMD_AVX512] = &q2_k_tiles_avx512},
+#endif
 };

@@ -75,35 +75,33 @@ static void q3_k_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
-/* the offset 4 folded out: sum over groups of sc * 4 * (group activation sum) */
-static inline int32_t q3_k_offset(const int8_t *sc, const le_block_q8_k *y) {
-  int32_t s = 0;
-  for (int g = 0; g < 16; g++) s += sc[g] * y->bsums[g];
-  return 4 * s;
-}
-
+/* The AVX2 order below in scalar form: lane l takes bytes 4l..4l+3 of every
+ * 32-code chunk, each code minus its offset 4. */
 static void dot_q3_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q3_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
-  uint8_t qu[LE_QK_K];
+  float acc[8] = {0};
   int8_t sc[16];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
-    for (int e = 0; e < LE_QK_K; e++) qu[e] = (uint8_t)q3_k_code(&x[i], e);
     le_q3k_scales(x[i].scales, sc);
-    int32_t isum = 0;
-    for (int g = 0; g < 16; g++) isum += sc[g] * le_kdot_scalar(qu + 16 * g, y[i].qs + 16 * g, 16);
-    isum -= q3_k_offset(sc, &y[i]);
-    sum += (le_fp16_to_fp32(x[i].d) * y[i].d) * (float)isum;
+    int32_t lane[8] = {0};
+    for (int e = 0; e < LE_QK_K; e++)
+      lane[(e % 32) / 4] += sc[e / 16] * ((q3_k_code(&x[i], e) - 4) * y[i].qs[e]);
+    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
+    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
   }
-  *s = sum;
+  *s = le_hsum8_scalar(acc);
 }
 
 #if defined(LE_X86)
+/* ggml's AVX2 order (its icelake build has no AVX-512 q3_K dot): the
+ * offset 4 is taken off each code pair inside the 16-bit products, so every
+ * int32 lane holds its own signed partial sum; the lanes go through one fma
+ * per super-block into a float vector summed horizontally at the end. */
 LE_TARGET_AVX2 LE_INLINE void dot_q3_k_body(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q3_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
+  __m256 accf = _mm256_setzero_ps();
   int8_t sc[16];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     le_q3k_scales(x[i].scales, sc);
@@ -113,16 +111,21 @@ LE_TARGET_AVX2 LE_INLINE void dot_q3_k_body(int64_t n, float *s, const void *vx,
       const __m256i q = le_load256(x[i].qs + 32 * h);
       for (int k = 0; k < 4; k++) {
         const int c = 4 * h + k;
-        const __m256i hi = _mm256_slli_epi16(le_shr_mask_avx2(hm, c, 1), 2);
-        const __m256i qu = _mm256_or_si256(le_shr_mask_avx2(q, 2 * k, 3), hi);
-        acc = _mm256_add_epi32(acc,
-                               le_kdot32_avx2(qu, y[i].qs + 32 * c, sc[2 * c], sc[2 * c + 1]));
+        /* 4 where the high bit is clear: the amount the code sits below its offset */
+        const __m256i neg = _mm256_slli_epi16(
+            le_shr_mask_avx2(_mm256_andnot_si256(hm, _mm256_set1_epi8((char)(1 << c))), c, 1), 2);
+        const __m256i qy = le_load256(y[i].qs + 32 * c);
+        const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(le_shr_mask_avx2(q, 2 * k, 3), qy),
+                                             _mm256_maddubs_epi16(neg, qy));
+        acc = _mm256_add_epi32(
+            acc, _mm256_madd_epi16(p16, _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]),
+                                                         _mm_set1_epi16(sc[2 * c]))));
       }
     }
-    const int32_t isum = le_hsum_i32_avx2(acc) - q3_k_offset(sc, &y[i]);
-    sum += (le_h2f(x[i].d) * y[i].d) * (float)isum;
+    const float d = y[i].d * le_h2f(x[i].d);
+    accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
   }
-  *s = sum;
+  *s = le_hsum_ps256(accf);
 }
 LE_K_SIMD_VARIANTS(dot_q3_k)
 #endif

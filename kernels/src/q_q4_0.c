@@ -1,6 +1,6 @@
 /* Q4_0: blocks of 32 4-bit values (offset 8) with one f16 scale; element j
  * is the low nibble of qs[j], element j+16 the high nibble. */
-#include "q_common.h"
+#include "q_k_simd.h"
 
 static void q4_0_to_float(const void *vx, float *y, int64_t n) {
   const le_block_q4_0 *x = vx;
@@ -92,6 +92,25 @@ LE_TARGET_AVX512 static void dot_q4_0_avx512(int64_t n, float *s, const void *vx
 }
 #endif
 
+#if defined(LE_X86)
+/* llama.cpp repacks q4_0 weights with ne1 % 8 == 0 (q4_0_8x8, any AVX2 CPU);
+ * its gemv and gemm (ggml-cpu/arch/x86/repack.cpp) both keep one float
+ * chain per output: acc = fma(block integer dot, d_x * d_y, acc). */
+LE_TARGET_AVX2 static void q4_0_repack_dot(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q4_0 *x = vx;
+  const le_block_q8_0 *y = vy;
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    /* small integers: the float lane sum is exact */
+    const float isum = le_hsum_ps256(le_mul_sum_i8_avx2(le_q4_0_unpack_avx2(x[i].qs), qy));
+    acc = fmaf(isum, le_h2f(x[i].d) * le_h2f(y[i].d), acc);
+  }
+  *s = acc;
+}
+LE_K_REPACK_TILES(q4_0_repack_tiles, q4_0_repack_dot, q4_0_repack_dot)
+#endif
+
 #if defined(LE_NEON)
 static void dot_q4_0_neon(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q4_0 *x = vx;
@@ -132,4 +151,7 @@ const le_type_traits le_traits_q4_0 = {
         [LE_SIMD_NEON] = dot_q4_0_neon,
 #endif
     },
+#if defined(LE_X86)
+    .gemm = {[LE_SIMD_AVX2] = &q4_0_repack_tiles, [LE_SIMD_AVX512] = &q4_0_repack_tiles},
+#endif
 };

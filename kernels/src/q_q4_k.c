@@ -99,53 +99,146 @@ int32_t le_summs_k4(const uint8_t *mins, const le_block_q8_k *y) {
   return s;
 }
 
+/* Exact integer pieces of one super-block: isum[p] = sum over the two
+ * 32-code groups of 64-element chunk p of scale * (codes . activations),
+ * msum[p] = the same chunk's min * (activation sum). */
+static void q4_k_chunks_scalar(const le_block_q4_k *x, const le_block_q8_k *y, int32_t isum[4],
+                               int32_t msum[4]) {
+  uint8_t sc[8], m[8], qu[32];
+  for (int g = 0; g < 8; g++) le_scale_min_k4(g, x->scales, &sc[g], &m[g]);
+  for (int p = 0; p < 4; p++) {
+    isum[p] = msum[p] = 0;
+    for (int h = 0; h < 2; h++) {
+      const int g = 2 * p + h;
+      for (int l = 0; l < 32; l++) qu[l] = h ? x->qs[32 * p + l] >> 4 : x->qs[32 * p + l] & 0xF;
+      isum[p] += sc[g] * le_kdot_scalar(qu, y->qs + 32 * g, 32);
+      msum[p] += m[g] * (y->bsums[2 * g] + y->bsums[2 * g + 1]);
+    }
+  }
+}
+
+/* llama.cpp's repacked q4_K kernels (ggml-cpu/arch/x86/repack.cpp, weights
+ * with ne1 % 8 == 0): two float chains per output, one for the scale terms
+ * and one for the min terms, subtracted at the end. Its gemv (one activation
+ * column, or the ne11 % 4 leftover columns) adds once per super-block, its
+ * gemm (columns in groups of 4) once per 64-element chunk. */
+typedef void (*q4_k_chunks_fn)(const le_block_q4_k *, const le_block_q8_k *, int32_t *, int32_t *);
+LE_INLINE float q4_k_repack_dot(int64_t n, const void *vx, const void *vy, int per_chunk,
+                                q4_k_chunks_fn chunks) {
+  const le_block_q4_k *x = vx;
+  const le_block_q8_k *y = vy;
+  float acc = 0.0f, accm = 0.0f;
+  int32_t isum[4], msum[4];
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    chunks(&x[i], &y[i], isum, msum);
+    const float d = le_fp16_to_fp32(x[i].d) * y[i].d;
+    const float dm = le_fp16_to_fp32(x[i].dmin) * y[i].d;
+    if (per_chunk) {
+      for (int p = 0; p < 4; p++) {
+        acc = fmaf((float)isum[p], d, acc);
+        accm = fmaf((float)msum[p], dm, accm);
+      }
+    } else {
+      acc = fmaf((float)(isum[0] + isum[1] + isum[2] + isum[3]), d, acc);
+      accm = fmaf((float)(msum[0] + msum[1] + msum[2] + msum[3]), dm, accm);
+    }
+  }
+  return acc - accm;
+}
+
+/* ggml_vec_dot_q4_K_q8_K's order (weights llama.cpp does not repack) in
+ * scalar form: 8 lanes, lane l holding bytes 4l..4l+3 of each 32-code group
+ * (one fma per super-block), a 4-lane min chain, both reduced at the end. */
 static void dot_q4_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q4_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
-  uint8_t qu[LE_QK_K], sc[8], m[8];
+  float acc[8] = {0}, accm[4] = {0};
+  uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
-    for (int g = 0; g < 8; g++) {
-      le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
-      for (int l = 0; l < 32; l++) {
-        const uint8_t b = x[i].qs[32 * (g / 2) + l];
-        qu[32 * g + l] = (g & 1) ? b >> 4 : b & 0xF;
+    for (int g = 0; g < 8; g++) le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
+    int32_t lane[8] = {0};
+    for (int g = 0; g < 8; g++)
+      for (int e = 0; e < 32; e++) {
+        const uint8_t b = x[i].qs[32 * (g / 2) + e];
+        lane[e / 4] += sc[g] * (((g & 1) ? b >> 4 : b & 0xF) * y[i].qs[32 * g + e]);
       }
+    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
+    const float mdmin = -y[i].d * le_fp16_to_fp32(x[i].dmin);
+    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
+    for (int k = 0; k < 4; k++) {
+      const int32_t pm = m[2 * k] * (y[i].bsums[4 * k] + y[i].bsums[4 * k + 1]) +
+                         m[2 * k + 1] * (y[i].bsums[4 * k + 2] + y[i].bsums[4 * k + 3]);
+      accm[k] = fmaf(mdmin, (float)pm, accm[k]);
     }
-    int32_t isum = 0;
-    for (int g = 0; g < 8; g++) isum += sc[g] * le_kdot_scalar(qu + 32 * g, y[i].qs + 32 * g, 32);
-    const float d = le_fp16_to_fp32(x[i].d) * y[i].d;
-    const float dmin = le_fp16_to_fp32(x[i].dmin) * y[i].d;
-    sum += d * (float)isum - dmin * (float)le_summs_k4(m, &y[i]);
   }
-  *s = sum;
+  *s = le_hsum8_scalar(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+}
+
+static void q4_k_gemv_scalar(int64_t n, float *s, const void *vx, const void *vy) {
+  *s = q4_k_repack_dot(n, vx, vy, 0, q4_k_chunks_scalar);
+}
+static void q4_k_gemm_scalar(int64_t n, float *s, const void *vx, const void *vy) {
+  *s = q4_k_repack_dot(n, vx, vy, 1, q4_k_chunks_scalar);
 }
 
 #if defined(LE_X86)
 LE_TARGET_AVX2 LE_INLINE void dot_q4_k_body(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q4_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
+  __m128 accm = _mm_setzero_ps();
   uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     for (int g = 0; g < 8; g++) le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
-    __m256i acc = _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) {
       const __m256i q = le_load256(x[i].qs + 32 * p);
       const __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
       const __m256i hi = le_shr_mask_avx2(q, 4, 0x0f);
-      acc = _mm256_add_epi32(acc, le_kdot32_avx2(lo, y[i].qs + 64 * p, sc[2 * p], sc[2 * p]));
-      acc = _mm256_add_epi32(
-          acc, le_kdot32_avx2(hi, y[i].qs + 64 * p + 32, sc[2 * p + 1], sc[2 * p + 1]));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(
+          le_kdot32_avx2(lo, y[i].qs + 64 * p, sc[2 * p], sc[2 * p]),
+          le_kdot32_avx2(hi, y[i].qs + 64 * p + 32, sc[2 * p + 1], sc[2 * p + 1])));
     }
-    const float d = le_h2f(x[i].d) * y[i].d;
-    const float dmin = le_h2f(x[i].dmin) * y[i].d;
-    sum += d * (float)le_hsum_i32_avx2(acc) - dmin * (float)le_summs_k4(m, &y[i]);
+    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
+                                      _mm_loadu_si128((const __m128i *)(y[i].bsums + 8)));
+    const __m128i pm = _mm_madd_epi16(
+        _mm_set_epi16(m[7], m[6], m[5], m[4], m[3], m[2], m[1], m[0]), bs);
+    const float d = y[i].d * le_h2f(x[i].d);
+    const float mdmin = -y[i].d * le_h2f(x[i].dmin);
+    accm = _mm_fmadd_ps(_mm_set1_ps(mdmin), _mm_cvtepi32_ps(pm), accm);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  *s = sum;
+  accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+  accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
+  *s = le_hsum_ps256(acc) + _mm_cvtss_f32(accm);
 }
 LE_K_SIMD_VARIANTS(dot_q4_k)
+
+LE_TARGET_AVX2 static void q4_k_chunks_avx2(const le_block_q4_k *x, const le_block_q8_k *y,
+                                            int32_t isum[4], int32_t msum[4]) {
+  uint8_t sc[8], m[8];
+  for (int g = 0; g < 8; g++) le_scale_min_k4(g, x->scales, &sc[g], &m[g]);
+  for (int p = 0; p < 4; p++) {
+    const __m256i q = le_load256(x->qs + 32 * p);
+    const __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+    const __m256i hi = le_shr_mask_avx2(q, 4, 0x0f);
+    isum[p] = le_hsum_i32_avx2(
+        _mm256_add_epi32(le_kdot32_avx2(lo, y->qs + 64 * p, sc[2 * p], sc[2 * p]),
+                         le_kdot32_avx2(hi, y->qs + 64 * p + 32, sc[2 * p + 1], sc[2 * p + 1])));
+    const int g = 2 * p;
+    msum[p] = m[g] * (y->bsums[2 * g] + y->bsums[2 * g + 1]) +
+              m[g + 1] * (y->bsums[2 * g + 2] + y->bsums[2 * g + 3]);
+  }
+}
+LE_TARGET_AVX2 static void q4_k_gemv_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+  *s = q4_k_repack_dot(n, vx, vy, 0, q4_k_chunks_avx2);
+}
+LE_TARGET_AVX2 static void q4_k_gemm_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+  *s = q4_k_repack_dot(n, vx, vy, 1, q4_k_chunks_avx2);
+}
+LE_K_REPACK_TILES(q4_k_tiles_avx2, q4_k_gemv_avx2, q4_k_gemm_avx2)
 #endif
+LE_K_REPACK_TILES(q4_k_tiles_scalar, q4_k_gemv_scalar, q4_k_gemm_scalar)
 
 const le_type_traits le_traits_q4_k = {
     .type = LE_TYPE_Q4_K,
@@ -161,6 +254,13 @@ const le_type_traits le_traits_q4_k = {
 #if defined(LE_X86)
         [LE_SIMD_AVX2] = dot_q4_k_avx2,
         [LE_SIMD_AVX512] = dot_q4_k_avx512,
+#endif
+    },
+    .gemm = {
+        [LE_SIMD_SCALAR] = &q4_k_tiles_scalar,
+#if defined(LE_X86)
+        [LE_SIMD_AVX2] = &q4_k_tiles_avx2,
+        [LE_SIMD_AVX512] = &q4_k_tiles_avx2,
 #endif
     },
 };

@@ -48,28 +48,35 @@ static void q5_k_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
+/* The AVX2 order below in scalar form: lane l takes bytes 4l..4l+3 of every
+ * 32-code group; the min terms form a separate scalar sum. */
 static void dot_q5_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q5_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
-  uint8_t qu[LE_QK_K], sc[8], m[8];
+  float acc[8] = {0}, summs = 0.0f;
+  uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
-    for (int e = 0; e < LE_QK_K; e++) qu[e] = (uint8_t)q5_k_code(&x[i], e);
     for (int g = 0; g < 8; g++) le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
-    int32_t isum = 0;
-    for (int g = 0; g < 8; g++) isum += sc[g] * le_kdot_scalar(qu + 32 * g, y[i].qs + 32 * g, 32);
-    const float d = le_fp16_to_fp32(x[i].d) * y[i].d;
-    const float dmin = le_fp16_to_fp32(x[i].dmin) * y[i].d;
-    sum += d * (float)isum - dmin * (float)le_summs_k4(m, &y[i]);
+    int32_t lane[8] = {0};
+    for (int e = 0; e < LE_QK_K; e++)
+      lane[(e % 32) / 4] += sc[e / 32] * (q5_k_code(&x[i], e) * y[i].qs[e]);
+    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
+    const float mdmin = -y[i].d * le_fp16_to_fp32(x[i].dmin);
+    summs += mdmin * (float)le_summs_k4(m, &y[i]);
+    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
   }
-  *s = sum;
+  *s = le_hsum8_scalar(acc) + summs;
 }
 
 #if defined(LE_X86)
+/* ggml's AVX2 order (the one its icelake build runs): each super-block's
+ * 8 int32 lanes are scaled into a float vector accumulator by one fma, the
+ * min terms go to a separate scalar sum, and the two meet at the end. */
 LE_TARGET_AVX2 LE_INLINE void dot_q5_k_body(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q5_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
+  __m256 accf = _mm256_setzero_ps();
+  float summs = 0.0f;
   uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     for (int g = 0; g < 8; g++) le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
@@ -85,11 +92,12 @@ LE_TARGET_AVX2 LE_INLINE void dot_q5_k_body(int64_t n, float *s, const void *vx,
       acc = _mm256_add_epi32(
           acc, le_kdot32_avx2(hi, y[i].qs + 64 * p + 32, sc[2 * p + 1], sc[2 * p + 1]));
     }
-    const float d = le_h2f(x[i].d) * y[i].d;
-    const float dmin = le_h2f(x[i].dmin) * y[i].d;
-    sum += d * (float)le_hsum_i32_avx2(acc) - dmin * (float)le_summs_k4(m, &y[i]);
+    const float d = y[i].d * le_h2f(x[i].d);
+    const float mdmin = -y[i].d * le_h2f(x[i].dmin);
+    summs += mdmin * (float)le_summs_k4(m, &y[i]);
+    accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
   }
-  *s = sum;
+  *s = le_hsum_ps256(accf) + summs;
 }
 LE_K_SIMD_VARIANTS(dot_q5_k)
 #endif

@@ -64,34 +64,35 @@ static void q6_k_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
-/* the offset 32 folded out through the activation group sums */
-static inline int32_t q6_k_offset(const int8_t *sc, const le_block_q8_k *y) {
-  int32_t s = 0;
-  for (int g = 0; g < 16; g++) s += sc[g] * y->bsums[g];
-  return 32 * s;
-}
-
+/* The AVX2 order below in scalar form: lane l takes bytes 4l..4l+3 of every
+ * 32-code chunk and the offset terms of groups 2l and 2l+1. */
 static void dot_q6_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q6_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
-  uint8_t qu[LE_QK_K];
+  float acc[8] = {0};
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
-    for (int e = 0; e < LE_QK_K; e++) qu[e] = (uint8_t)q6_k_code(&x[i], e);
-    int32_t isum = 0;
-    for (int g = 0; g < 16; g++)
-      isum += x[i].scales[g] * le_kdot_scalar(qu + 16 * g, y[i].qs + 16 * g, 16);
-    isum -= q6_k_offset(x[i].scales, &y[i]);
-    sum += (le_fp16_to_fp32(x[i].d) * y[i].d) * (float)isum;
+    const int8_t *sc = x[i].scales;
+    int32_t lane[8] = {0};
+    for (int e = 0; e < LE_QK_K; e++)
+      lane[(e % 32) / 4] += sc[e / 16] * (q6_k_code(&x[i], e) * y[i].qs[e]);
+    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
+    for (int l = 0; l < 8; l++) {
+      lane[l] -= 32 * (y[i].bsums[2 * l] * sc[2 * l] + y[i].bsums[2 * l + 1] * sc[2 * l + 1]);
+      acc[l] = fmaf(d, (float)lane[l], acc[l]);
+    }
   }
-  *s = sum;
+  *s = le_hsum8_scalar(acc);
 }
 
 #if defined(LE_X86)
+/* ggml's AVX2 order (its icelake build has no AVX-512 q6_K dot): lane j of
+ * a super-block's int32 vector also carries the offset term of the 16-code
+ * groups 2j and 2j+1, and the lanes go through one fma into a float vector
+ * that is summed horizontally at the end. */
 LE_TARGET_AVX2 LE_INLINE void dot_q6_k_body(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q6_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
+  __m256 accf = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     const int8_t *sc = x[i].scales;
     __m256i acc = _mm256_setzero_si256();
@@ -108,10 +109,13 @@ LE_TARGET_AVX2 LE_INLINE void dot_q6_k_body(int64_t n, float *s, const void *vx,
                                                    sc[2 * c], sc[2 * c + 1]));
       }
     }
-    const int32_t isum = le_hsum_i32_avx2(acc) - q6_k_offset(sc, &y[i]);
-    sum += (le_h2f(x[i].d) * y[i].d) * (float)isum;
+    const __m256i off = _mm256_madd_epi16(le_load256(y[i].bsums),
+                                          _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)));
+    acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(off, 5));
+    const float d = y[i].d * le_h2f(x[i].d);
+    accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
   }
-  *s = sum;
+  *s = le_hsum_ps256(accf);
 }
 LE_K_SIMD_VARIANTS(dot_q6_k)
 #endif

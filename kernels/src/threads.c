@@ -36,12 +36,14 @@ struct le_ctx {
   atomic_int sleepers;
   atomic_int busy;
   atomic_int failed;
+  atomic_llong chunk; /* le_next_chunk's counter; 0 whenever all threads sit in a barrier */
   char fail_msg[256];
   char error[512]; /* le_ctx_error */
   /* LE_PROFILE=1: thread 0's wall time per op (node + its barrier), printed at free */
   int profile;
   double prof_ns[LE_OP_COUNT];
   long prof_n[LE_OP_COUNT];
+  double prof_bytes[LE_OP_COUNT]; /* src0 bytes, for a bandwidth figure */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
@@ -79,15 +81,23 @@ static void le_notify(le_ctx *ctx) {
 
 void le_barrier(le_ctx *ctx) {
   const int nth = ctx->n_threads;
-  if (nth == 1) return;
+  if (nth == 1) {
+    atomic_store_explicit(&ctx->chunk, 0, memory_order_relaxed);
+    return;
+  }
   const int gen = atomic_load(&ctx->bar_gen);
   if (atomic_fetch_add(&ctx->bar_count, 1) == nth - 1) {
     atomic_store(&ctx->bar_count, 0);
+    atomic_store_explicit(&ctx->chunk, 0, memory_order_relaxed); /* published by bar_gen */
     atomic_fetch_add(&ctx->bar_gen, 1);
     le_notify(ctx);
   } else {
     le_wait_change(ctx, &ctx->bar_gen, gen);
   }
+}
+
+int64_t le_next_chunk(le_ctx *ctx) {
+  return atomic_fetch_add_explicit(&ctx->chunk, 1, memory_order_relaxed);
 }
 
 void le_ctx_fail(le_ctx *ctx, const char *msg) {
@@ -115,6 +125,8 @@ static void le_run_nodes(le_ctx *ctx, int ith) {
       if (op >= 0 && op < LE_OP_COUNT) {
         ctx->prof_ns[op] += le_now_ns() - t0;
         ctx->prof_n[op]++;
+        const le_tensor *s0 = &ctx->nodes[i].src[0];
+        ctx->prof_bytes[op] += (double)s0->nb[1] * (double)(s0->ne[1] * s0->ne[2] * s0->ne[3]);
       }
     }
   }
@@ -175,8 +187,9 @@ void le_ctx_free(le_ctx *ctx) {
     for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
     for (int i = 0; i < LE_OP_COUNT; i++)
       if (ctx->prof_n[i])
-        fprintf(stderr, "le_profile op %2d: %10.3f ms %5.1f%% (%ld nodes)\n", i,
-                ctx->prof_ns[i] / 1e6, 100 * ctx->prof_ns[i] / tot, ctx->prof_n[i]);
+        fprintf(stderr, "le_profile op %2d: %10.3f ms %5.1f%% (%ld nodes, src0 %.2f GB/s)\n", i,
+                ctx->prof_ns[i] / 1e6, 100 * ctx->prof_ns[i] / tot, ctx->prof_n[i],
+                ctx->prof_bytes[i] / ctx->prof_ns[i]);
   }
   atomic_store(&ctx->stop, 1);
   atomic_fetch_add(&ctx->job_gen, 1);
@@ -242,6 +255,7 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   }
   ctx->nodes = nodes;
   ctx->n_nodes = n_nodes;
+  atomic_store(&ctx->chunk, 0);
   atomic_store(&ctx->failed, 0);
   if (ctx->n_threads > 1) {
     atomic_fetch_add(&ctx->job_gen, 1);

@@ -138,9 +138,25 @@ const NSRC: Record<number, [number, number]> = {
   [Op.GELU]: [1, 1],
 };
 
+// checkNode reports problems relative to the node (": msg", " dst: msg");
+// validateNode prefixes the node's label only on failure, so steady-state
+// validation builds no strings.
+
 /** Validates node `index` fully; throws NodeValidationError on the first problem. */
 export function validateNode(node: ExecNode, index: number): void {
-  const where = `node ${index}${node.name ? ` (${node.name})` : ""} op ${node.op}`;
+  try {
+    checkNode(node);
+  } catch (e) {
+    if (!(e instanceof NodeValidationError)) throw e;
+    const label = `node ${index}${node.name ? ` (${node.name})` : ""} op ${node.op}`;
+    throw new NodeValidationError(`${label}${e.message}`);
+  }
+}
+
+const SRC_LABELS = [" src0", " src1", " src2", " src3"];
+
+function checkNode(node: ExecNode): void {
+  const where = "";
   const n = NSRC[node.op];
   if (!n) fail(where, "unsupported op");
   if (node.src.length < n[0] || node.src.length > n[1]) {
@@ -149,8 +165,8 @@ export function validateNode(node: ExecNode, index: number): void {
   if (!(node.params instanceof Int32Array) || node.params.length > 16) {
     fail(where, "params must be an Int32Array of at most 16 slots");
   }
-  checkTensor(node.dst, `${where} dst`);
-  node.src.forEach((s, i) => checkTensor(s, `${where} src${i}`));
+  checkTensor(node.dst, " dst");
+  for (let i = 0; i < node.src.length; i++) checkTensor(node.src[i], SRC_LABELS[i] ?? ` src${i}`);
   if (node.dst.data.buffer.backend === "host") fail(where, "dst lies in a read-only mapping");
   const q = { op: node.op, dstType: node.dst.type, srcTypes: node.src.map((s) => s.type) };
   if (!opSupported(q)) {

@@ -34,6 +34,13 @@ export interface ContextOptions {
    * the output head) on the reference backend, with copies between them.
    */
   backend?: "cpu" | "ref" | { cpuLayers: number };
+  /**
+   * Debugging: intermediate tensors to keep and copy into
+   * {@link Context.lastTaps} after each graph run, by llama.cpp's callback
+   * names ("attn_norm-0", "Kcur-2", "kq_soft_max-1", "l_out-5",
+   * "result_norm", "result_output", ...). Off by default.
+   */
+  debugTaps?: readonly string[];
 }
 
 /** Thrown for invalid decode input (tokens, positions, context overflow). */
@@ -70,12 +77,16 @@ export class Context implements Disposable {
   #backends: Backend[];
   #splitter = new BatchSplitter();
   #mask = new Float32Array(0);
+  #taps: ReadonlySet<string> | undefined;
+  /** Values of {@link ContextOptions.debugTaps} from the last graph run (ggml element order). */
+  readonly lastTaps: Map<string, Float32Array> = new Map();
 
   private constructor(
     model: Model,
-    o: Required<Omit<ContextOptions, "threads">> & { threads?: number },
+    o: Required<Omit<ContextOptions, "threads" | "debugTaps">> & { threads?: number },
     backends: Backend[],
     assign: (layer: number) => Backend,
+    taps?: readonly string[],
   ) {
     this.model = model;
     this.threads = o.threads;
@@ -84,6 +95,7 @@ export class Context implements Disposable {
     this.nCtx = o.nCtx;
     this.nBatch = o.nBatch;
     this.#backends = backends;
+    this.#taps = taps?.length ? new Set(taps) : undefined;
     const hp = model.hparams;
     this.#kv = new KvCache({
       size: o.nCtx,
@@ -145,6 +157,7 @@ export class Context implements Disposable {
       { nCtx, nBatch, threads: options.threads, kvType: options.kvType ?? "f16", backend: kind },
       backends,
       assign,
+      options.debugTaps,
     );
   }
 
@@ -158,6 +171,7 @@ export class Context implements Disposable {
       new WeightLeaves(m.file, g),
       this.#kv,
       step,
+      this.#taps,
     );
     return { g, io };
   }
@@ -230,6 +244,8 @@ export class Context implements Disposable {
     sched.setInput(io.mask, this.#mask);
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);
+    this.lastTaps.clear();
+    for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
     const all = sched.read(io.logits);
     const nVocab = this.model.hparams.nVocab;
     return outRows.map((_, r) => all.slice(r * nVocab, (r + 1) * nVocab));

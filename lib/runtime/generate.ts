@@ -184,6 +184,28 @@ export async function generateText(
   }
 }
 
+/**
+ * {@link generate} as a ReadableStream of text chunks (for `Response`
+ * bodies and pipes); cancelling the stream stops generation.
+ */
+export function generateStream(
+  ctx: Context,
+  prompt: string,
+  opts: GenerateOptions = {},
+): ReadableStream<string> {
+  const it = generate(ctx, prompt, opts);
+  return new ReadableStream<string>({
+    async pull(controller) {
+      const r = await it.next();
+      if (r.done) controller.close();
+      else if (r.value.text) controller.enqueue(r.value.text);
+    },
+    async cancel() {
+      await it.return(undefined as never);
+    },
+  });
+}
+
 function contextOptionsOf(ctx: Context): ContextOptions {
   return {
     nCtx: ctx.nCtx,

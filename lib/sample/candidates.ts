@@ -9,6 +9,40 @@
  * @module
  */
 
+/** Positions travel in the low 21 bits of a float64 sort key. */
+const POS_BITS = 2097152;
+const MAX_CAPACITY = POS_BITS;
+/** Up to this many winners, one pass with a small heap beats any sort. */
+const HEAP_MAX_K = 256;
+const NB = 128;
+const BUCKET_SCALE = NB / 20;
+const BUCKET_INTER = 10 * BUCKET_SCALE;
+
+let identity = new Int32Array(0);
+
+/** 0, 1, 2, ... n-1, shared so `load` is a memcpy rather than a loop. */
+function identityOf(n: number): Int32Array {
+  if (identity.length < n) {
+    identity = new Int32Array(Math.max(n, identity.length * 2));
+    for (let i = 0; i < identity.length; i++) identity[i] = i;
+  }
+  return identity.subarray(0, n);
+}
+
+/**
+ * Maps float32 bits to a uint32 that orders like the float (-NaN lowest,
+ * -0 just below +0, +NaN highest), so ties and signed zeros get one fixed
+ * order in every selection path.
+ */
+function orderBits(b: number): number {
+  return (b & 0x80000000) ? (~b >>> 0) : (b | 0x80000000) >>> 0;
+}
+
+/** The same order as a signed int32, from the bits read as int32 (orderBits - 2^31). */
+function sortable(b: number): number {
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+
 /** Candidate tokens with logits and probabilities (llama_token_data_array). */
 export class TokenCandidates {
   /** Token ids. */
@@ -22,16 +56,36 @@ export class TokenCandidates {
   /** Whether the live candidates are in descending logit order. */
   sorted = false;
   /** Index of the chosen candidate, or -1. */
-  /** The `selected` field. */
   selected: number = -1;
   #bits: Uint32Array;
+  #ibits: Int32Array;
+  // Scratch reused across tokens so a step allocates nothing.
+  #keys: Float64Array;
+  #bucket: Uint8Array;
+  #order: Int32Array;
+  #tmpIds: Int32Array;
+  #tmpLogits: Float32Array;
+  #tmpProbs: Float32Array;
+  #histo = new Int32Array(NB);
+  #start = new Int32Array(NB);
+  #fill = new Int32Array(NB);
 
-  /** Allocates room for `capacity` candidates. */
+  /** Allocates room for `capacity` candidates (at most 2^21). */
   constructor(capacity: number) {
+    if (!(capacity >= 0 && capacity <= MAX_CAPACITY)) {
+      throw new RangeError(`candidates: capacity ${capacity} outside 0..${MAX_CAPACITY}`);
+    }
     this.ids = new Int32Array(capacity);
     this.logits = new Float32Array(capacity);
     this.probs = new Float32Array(capacity);
     this.#bits = new Uint32Array(this.logits.buffer);
+    this.#ibits = new Int32Array(this.logits.buffer);
+    this.#keys = new Float64Array(capacity);
+    this.#bucket = new Uint8Array(capacity);
+    this.#order = new Int32Array(capacity);
+    this.#tmpIds = new Int32Array(capacity);
+    this.#tmpLogits = new Float32Array(capacity);
+    this.#tmpProbs = new Float32Array(capacity);
   }
 
   /** Capacity in candidates. */
@@ -45,7 +99,7 @@ export class TokenCandidates {
       throw new RangeError(`candidates: ${logits.length} logits exceed capacity ${this.capacity}`);
     }
     const n = logits.length;
-    for (let i = 0; i < n; i++) this.ids[i] = i;
+    this.ids.set(identityOf(n));
     this.logits.set(logits);
     this.probs.fill(0, 0, n);
     this.size = n;
@@ -64,63 +118,110 @@ export class TokenCandidates {
 
   /**
    * Positions of the `k` best candidates, best first, without changing the
-   * array. Ties keep position order.
+   * array. Ties keep position order. Written into `out` when given (it must
+   * hold k entries), else into a new array.
    */
-  topOrder(k: number): Int32Array {
+  topOrder(k: number, out?: Int32Array): Int32Array {
     const n = this.size;
     k = Math.max(0, Math.min(k, n));
-    if (k === 0) return new Int32Array(0);
-    const lg = this.logits;
-    // Histogram pre-pass: only buckets that together hold >= k entries are sorted.
-    let pick: Int32Array;
-    if (k < n && n > 1024) {
-      const NB = 128, scale = NB / 20, inter = 10 * scale;
-      const bucket = new Uint8Array(n);
-      const histo = new Int32Array(NB);
-      for (let i = 0; i < n; i++) {
-        let b = Math.trunc(scale * lg[i] + inter);
-        b = b < 0 || b !== b ? 0 : b > NB - 1 ? NB - 1 : b;
-        bucket[i] = b;
-        histo[b]++;
-      }
-      let have = 0, ib = NB - 1;
-      for (; ib >= 0; ib--) {
-        have += histo[ib];
-        if (have >= k) break;
-      }
-      pick = new Int32Array(have);
-      let j = 0;
-      for (let i = 0; i < n; i++) if (bucket[i] >= ib) pick[j++] = i;
-    } else {
-      pick = new Int32Array(n);
-      for (let i = 0; i < n; i++) pick[i] = i;
+    const dst = out ? out.subarray(0, k) : new Int32Array(k);
+    if (dst.length < k) throw new RangeError(`candidates: order buffer holds ${dst.length} < ${k}`);
+    if (k === 0) return dst;
+    if (k <= HEAP_MAX_K && k < n) this.#heapTop(k, dst);
+    else this.#bucketTop(k, dst);
+    return dst;
+  }
+
+  /**
+   * One pass keeping the k best in a min-heap of packed keys (logit order
+   * bits, then inverted position so the earlier of two ties wins). Each
+   * entry is first compared as a sortable int32 against the heap's worst:
+   * equal bits lose to it too (it came earlier), so most entries cost one
+   * integer comparison.
+   */
+  #heapTop(k: number, dst: Int32Array): void {
+    const n = this.size, ib = this.#ibits, heap = this.#keys;
+    for (let i = 0; i < k; i++) {
+      heap[i] = (sortable(ib[i]) + 2147483648) * POS_BITS + (POS_BITS - 1 - i);
     }
-    const m = pick.length;
-    // Native numeric sort of packed keys: descending logit, then position.
-    const keys = new Float64Array(m);
-    const bits = this.#bits;
-    for (let j = 0; j < m; j++) {
-      const b = bits[pick[j]];
-      const u = (b & 0x80000000) ? (~b >>> 0) : (b | 0x80000000) >>> 0;
-      keys[j] = (0xffffffff - u) * 2097152 + pick[j];
+    for (let i = (k >> 1) - 1; i >= 0; i--) siftDown(heap, i, k);
+    let ts = sortable(ib[POS_BITS - 1 - (heap[0] % POS_BITS)]);
+    for (let i = k; i < n; i++) {
+      const b = ib[i];
+      const v = b ^ ((b >> 31) & 0x7fffffff);
+      if (v <= ts) continue;
+      heap[0] = (v + 2147483648) * POS_BITS + (POS_BITS - 1 - i);
+      siftDown(heap, 0, k);
+      ts = sortable(ib[POS_BITS - 1 - (heap[0] % POS_BITS)]);
     }
-    keys.sort();
-    const out = new Int32Array(k);
-    for (let j = 0; j < k; j++) out[j] = keys[j] % 2097152;
-    return out;
+    const top = heap.subarray(0, k);
+    top.sort();
+    for (let j = 0; j < k; j++) dst[j] = POS_BITS - 1 - (top[k - 1 - j] % POS_BITS);
+  }
+
+  /**
+   * llama.cpp's bucket pass: a logit histogram picks the top buckets that
+   * hold at least k entries, they are scattered in bucket order and each
+   * bucket is sorted on its own.
+   */
+  #bucketTop(k: number, dst: Int32Array): void {
+    const n = this.size, lg = this.logits, bits = this.#bits, keys = this.#keys;
+    if (n <= 1024) {
+      for (let i = 0; i < n; i++) keys[i] = (0xffffffff - orderBits(bits[i])) * POS_BITS + i;
+      const all = keys.subarray(0, n);
+      all.sort();
+      for (let j = 0; j < k; j++) dst[j] = all[j] % POS_BITS;
+      return;
+    }
+    const bucket = this.#bucket;
+    const histo = this.#histo, start = this.#start, fill = this.#fill;
+    histo.fill(0);
+    for (let i = 0; i < n; i++) {
+      const x = lg[i];
+      let b: number;
+      if (x !== x) b = bits[i] & 0x80000000 ? 0 : NB - 1;
+      else {
+        b = Math.trunc(BUCKET_SCALE * x + BUCKET_INTER);
+        b = b < 0 ? 0 : b > NB - 1 ? NB - 1 : b;
+      }
+      bucket[i] = b;
+      histo[b]++;
+    }
+    let have = 0, ib = NB - 1;
+    for (; ib >= 0; ib--) {
+      have += histo[ib];
+      if (have >= k) break;
+    }
+    // start[b]: first slot of bucket b, best bucket first.
+    let at = 0;
+    for (let b = NB - 1; b >= ib; b--) {
+      start[b] = fill[b] = at;
+      at += histo[b];
+    }
+    for (let i = 0; i < n; i++) {
+      const b = bucket[i];
+      if (b >= ib) keys[fill[b]++] = (0xffffffff - orderBits(bits[i])) * POS_BITS + i;
+    }
+    for (let b = NB - 1; b >= ib; b--) {
+      if (start[b] >= k) break;
+      if (histo[b] > 1) keys.subarray(start[b], start[b] + histo[b]).sort();
+    }
+    for (let j = 0; j < k; j++) dst[j] = keys[j] % POS_BITS;
   }
 
   /** Rewrites the array as the candidates at `order` (in that order). */
   gather(order: ArrayLike<number>, n = order.length, sorted = true): void {
-    const ids = this.ids.slice(0, this.size);
-    const lg = this.logits.slice(0, this.size);
-    const p = this.probs.slice(0, this.size);
+    const ids = this.ids, lg = this.logits, p = this.probs;
+    const ti = this.#tmpIds, tl = this.#tmpLogits, tp = this.#tmpProbs;
     for (let j = 0; j < n; j++) {
       const i = order[j];
-      this.ids[j] = ids[i];
-      this.logits[j] = lg[i];
-      this.probs[j] = p[i];
+      ti[j] = ids[i];
+      tl[j] = lg[i];
+      tp[j] = p[i];
     }
+    ids.set(ti.subarray(0, n));
+    lg.set(tl.subarray(0, n));
+    p.set(tp.subarray(0, n));
     this.size = n;
     this.sorted = sorted;
   }
@@ -128,7 +229,7 @@ export class TokenCandidates {
   /** Keeps the k best candidates, sorted (llama.cpp's partial sort in place). */
   sortTop(k: number): void {
     k = Math.min(k, this.size);
-    this.gather(this.topOrder(k), k, true);
+    this.gather(this.topOrder(k, this.#order), k, true);
   }
 
   /** Copies the live part of another candidate array. */
@@ -140,6 +241,20 @@ export class TokenCandidates {
     this.sorted = o.sorted;
     this.selected = o.selected;
   }
+}
+
+/** Restores the min-heap property below `i` in heap[0..n). */
+function siftDown(heap: Float64Array, i: number, n: number): void {
+  const v = heap[i];
+  for (;;) {
+    let c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && heap[c + 1] < heap[c]) c++;
+    if (heap[c] >= v) break;
+    heap[i] = heap[c];
+    i = c;
+  }
+  heap[i] = v;
 }
 
 const f = Math.fround;

@@ -140,14 +140,30 @@ export class PenaltiesSampler implements Sampler {
       c.sorted = false;
       return;
     }
-    for (let i = 0; i < c.size; i++) {
-      const n = counts.get(c.ids[i]);
-      if (n === undefined) continue;
-      let l = c.logits[i];
-      l = l <= 0 ? f(l * this.repeat) : f(l / this.repeat);
-      c.logits[i] = f(l - f(f(n * this.frequency) + this.presence));
+    // A fresh array holds token t at position t (ids are unique), so the
+    // last-N tokens can be visited directly instead of scanning the vocabulary.
+    let direct = true;
+    for (const t of counts.keys()) {
+      if (!(t >= 0 && t < c.size && c.ids[t] === t)) {
+        direct = false;
+        break;
+      }
+    }
+    if (direct) {
+      for (const [t, n] of counts) this.#penalize(c, t, n);
+    } else {
+      for (let i = 0; i < c.size; i++) {
+        const n = counts.get(c.ids[i]);
+        if (n !== undefined) this.#penalize(c, i, n);
+      }
     }
     c.sorted = false;
+  }
+
+  #penalize(c: TokenCandidates, i: number, n: number): void {
+    let l = c.logits[i];
+    l = l <= 0 ? f(l * this.repeat) : f(l / this.repeat);
+    c.logits[i] = f(l - f(f(n * this.frequency) + this.presence));
   }
 
   reset(): void {
@@ -210,6 +226,7 @@ export class TopPSampler implements Sampler {
   readonly name = "top-p";
   /** The `p` setting. */
   readonly p: number;
+  #order = new Int32Array(0);
   /** Creates the sampler; p >= 1 is a no-op. */
   constructor(p: number, readonly minKeep = 1) {
     this.p = f(p);
@@ -220,11 +237,12 @@ export class TopPSampler implements Sampler {
     const n = c.size;
     // Probabilities are of the full set; only the head needs ordering, and
     // 256 entries usually suffice before the mass reaches p.
-    let order: ArrayLike<number> | null = null;
+    let order: Int32Array | null = null;
     let k = n;
     if (!c.sorted) {
+      if (this.#order.length < n) this.#order = new Int32Array(c.capacity);
       k = n > 1024 ? Math.min(256, n) : n;
-      order = c.topOrder(k);
+      order = c.topOrder(k, this.#order);
     }
     let cum = 0, last = n;
     const p = c.probs;
@@ -236,7 +254,7 @@ export class TopPSampler implements Sampler {
       }
       if (order && i === k - 1) {
         k = n;
-        order = c.topOrder(n);
+        order = c.topOrder(n, this.#order);
       }
     }
     if (order) c.gather(order, last, true);

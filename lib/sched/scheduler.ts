@@ -76,6 +76,8 @@ interface Plan {
   readonly owner: Map<Tensor, Backend>;
   readonly lifetimes: Map<string, Lifetime<Tensor | Copy>[]>;
   readonly sizes: Map<string, number>;
+  /** Offsets planned per backend (the same plan that gave `sizes`). */
+  readonly offsets: Map<string, Map<Tensor | Copy, number>>;
   home: Map<Tensor, BufferRef>;
 }
 
@@ -388,10 +390,14 @@ export class Scheduler implements Disposable {
       lifetimes.get(l.backend)!.push({ key, size: l.size, start: l.start, end: l.end });
     }
     const sizes = new Map<string, number>();
+    const offsets = new Map<string, Map<Tensor | Copy, number>>();
     for (const [name, items] of lifetimes) {
-      if (items.length) sizes.set(name, planArena(items, this.#opts.align ?? ARENA_ALIGN).size);
+      if (!items.length) continue;
+      const planned = planArena(items, this.#opts.align ?? ARENA_ALIGN);
+      sizes.set(name, planned.size);
+      offsets.set(name, planned.offsets);
     }
-    return { graph: g, splits, owner, lifetimes, sizes, home: new Map() };
+    return { graph: g, splits, owner, lifetimes, sizes, offsets, home: new Map() };
   }
 
   // Where a storage root lives: a scheduled backend, or "host" memory.
@@ -408,12 +414,11 @@ export class Scheduler implements Disposable {
   }
 
   #resolve(plan: Plan): void {
-    const align = this.#opts.align ?? ARENA_ALIGN;
     const home = new Map<Tensor, BufferRef>();
     for (const [name, items] of plan.lifetimes) {
       if (!items.length) continue;
       const buffer = this.#arenas.get(name)!;
-      const { offsets } = planArena(items, align);
+      const offsets = plan.offsets.get(name)!;
       for (const it of items) {
         const ref = { buffer, offset: offsets.get(it.key)! };
         if (isCopy(it.key)) it.key.to = ref;

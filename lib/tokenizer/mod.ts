@@ -4,7 +4,14 @@
  *
  * @module
  */
-export { type DecodeOptions, type EncodeOptions, StreamDecoder, Tokenizer } from "./tokenizer.ts";
+export {
+  type DecodeOptions,
+  type EncodeOptions,
+  StreamDecoder,
+  Tokenizer,
+  type TokenizerOptions,
+} from "./tokenizer.ts";
+export { WordCache, type WordCacheOptions } from "./word_cache.ts";
 export {
   type SpecialName,
   TokenAttr,

@@ -5,51 +5,10 @@
  *
  * @module
  */
-import { PreTokenizer } from "./pretokenize.ts";
-import { BYTE_TO_CHAR, codePoints, CptFlag, cptFlags, nfdFirst, toLowerCpt } from "./unicode.ts";
+export { BpeEncoder } from "./bpe.ts";
+import { codePoints, CptFlag, cptFlags, nfdFirst, toLowerCpt } from "./unicode.ts";
 import { TokenizerError, type Vocab } from "./vocab.ts";
-
-/** A binary heap of bigram indices; `before(a, b)` says a pops first. */
-class Heap {
-  #h: number[] = [];
-  constructor(private before: (a: number, b: number) => boolean) {}
-  get size(): number {
-    return this.#h.length;
-  }
-  push(x: number): void {
-    const h = this.#h;
-    let i = h.length;
-    h.push(x);
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!this.before(x, h[p])) break;
-      h[i] = h[p];
-      i = p;
-    }
-    h[i] = x;
-  }
-  pop(): number {
-    const h = this.#h;
-    const top = h[0];
-    const x = h.pop()!;
-    const n = h.length;
-    if (n > 0) {
-      let i = 0;
-      for (;;) {
-        let c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && this.before(h[c + 1], h[c])) c++;
-        if (!this.before(h[c], x)) break;
-        h[i] = h[c];
-        i = c;
-      }
-      h[i] = x;
-    }
-    return top;
-  }
-}
-
-const encoder = new TextEncoder();
+import { WordCache, type WordCacheOptions } from "./word_cache.ts";
 
 /** Byte-fallback token of each byte for SPM (`<0xHH>`, else the byte itself; -1 none). */
 export function spmByteTokens(v: Vocab): Int32Array {
@@ -61,160 +20,220 @@ export function spmByteTokens(v: Vocab): Int32Array {
   return out;
 }
 
+// Scratch of spmEncode, grown as needed: symbols (UTF-16 start and length,
+// links) and bigrams (left, right, score, size) with a heap of bigram indices.
+let sStart = new Int32Array(64), sLen = new Int32Array(64);
+let sPrev = new Int32Array(64), sNext = new Int32Array(64);
+let bLeft = new Int32Array(192), bRight = new Int32Array(192), bSize = new Int32Array(192);
+let bScore = new Float32Array(192), heap = new Int32Array(192);
+
+function growSpm(n: number): void {
+  let cap = sStart.length;
+  while (cap < n) cap *= 2;
+  sStart = new Int32Array(cap);
+  sLen = new Int32Array(cap);
+  sPrev = new Int32Array(cap);
+  sNext = new Int32Array(cap);
+  bLeft = new Int32Array(3 * cap);
+  bRight = new Int32Array(3 * cap);
+  bSize = new Int32Array(3 * cap);
+  bScore = new Float32Array(3 * cap);
+  heap = new Int32Array(3 * cap);
+}
+
+// Higher score first, then leftmost (llama.cpp's llm_bigram_spm order).
+function spmBefore(a: number, b: number): boolean {
+  return bScore[a] > bScore[b] || (bScore[a] === bScore[b] && bLeft[a] < bLeft[b]);
+}
+
 /** SPM over one already escaped text (spaces as ▁). */
 export function spmEncode(v: Vocab, byteTok: Int32Array, text: string, out: number[]): void {
-  const { cps, offs } = codePoints(text);
-  const n = cps.length;
-  if (n === 0) return;
-  const start = Int32Array.from(offs.subarray(0, n));
-  const len = new Int32Array(n);
-  const prev = new Int32Array(n);
-  const next = new Int32Array(n);
-  for (let i = 0; i < n; i++) {
-    len[i] = offs[i + 1] - offs[i];
-    prev[i] = i - 1;
-    next[i] = i + 1 < n ? i + 1 : -1;
+  const tl = text.length;
+  if (tl === 0) return;
+  if (sStart.length < tl) growSpm(tl);
+  let n = 0;
+  for (let i = 0; i < tl; n++) {
+    const c = text.charCodeAt(i);
+    const w = c >= 0xd800 && c <= 0xdbff && i + 1 < tl &&
+        (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00
+      ? 2
+      : 1;
+    sStart[n] = i;
+    sLen[n] = w;
+    sPrev[n] = n - 1;
+    sNext[n] = n + 1;
+    i += w;
   }
-  // Bigrams live in parallel arrays; the heap holds their indices.
-  const bl: number[] = [], br: number[] = [], bscore: number[] = [], bsize: number[] = [];
-  const heap = new Heap((a, b) =>
-    bscore[a] > bscore[b] || (bscore[a] === bscore[b] && bl[a] < bl[b])
-  );
+  sNext[n - 1] = -1;
+  let nb = 0, nh = 0;
   const tryAdd = (l: number, r: number) => {
     if (l === -1 || r === -1) return;
-    const id = v.byText.get(text.substr(start[l], len[l] + len[r]));
+    const size = sLen[l] + sLen[r];
+    const id = v.byText.get(text.substr(sStart[l], size));
     if (id === undefined) return;
-    bl.push(l);
-    br.push(r);
-    bscore.push(v.scores[id]);
-    bsize.push(len[l] + len[r]);
-    heap.push(bl.length - 1);
+    const b = nb++;
+    bLeft[b] = l;
+    bRight[b] = r;
+    bScore[b] = v.scores[id];
+    bSize[b] = size;
+    let i = nh++;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!spmBefore(b, heap[p])) break;
+      heap[i] = heap[p];
+      i = p;
+    }
+    heap[i] = b;
   };
   for (let i = 1; i < n; i++) tryAdd(i - 1, i);
-  while (heap.size > 0) {
-    const b = heap.pop();
-    const l = bl[b], r = br[b];
-    if (len[l] === 0 || len[r] === 0 || len[l] + len[r] !== bsize[b]) continue;
-    len[l] += len[r];
-    len[r] = 0;
-    next[l] = next[r];
-    if (next[r] >= 0) prev[next[r]] = l;
-    tryAdd(prev[l], l);
-    tryAdd(l, next[l]);
+  while (nh > 0) {
+    const b = heap[0];
+    const x = heap[--nh];
+    if (nh > 0) {
+      let i = 0;
+      for (;;) {
+        let c = 2 * i + 1;
+        if (c >= nh) break;
+        if (c + 1 < nh && spmBefore(heap[c + 1], heap[c])) c++;
+        if (!spmBefore(heap[c], x)) break;
+        heap[i] = heap[c];
+        i = c;
+      }
+      heap[i] = x;
+    }
+    const l = bLeft[b], r = bRight[b];
+    if (sLen[l] === 0 || sLen[r] === 0 || sLen[l] + sLen[r] !== bSize[b]) continue;
+    sLen[l] += sLen[r];
+    sLen[r] = 0;
+    sNext[l] = sNext[r];
+    if (sNext[r] >= 0) sPrev[sNext[r]] = l;
+    tryAdd(sPrev[l], l);
+    tryAdd(l, sNext[l]);
   }
-  for (let i = 0; i !== -1; i = next[i]) {
-    const piece = text.substr(start[i], len[i]);
+  for (let i = 0; i !== -1; i = sNext[i]) {
+    const piece = text.substr(sStart[i], sLen[i]);
     const id = v.byText.get(piece);
     if (id !== undefined) {
       out.push(id);
       continue;
     }
-    for (const byte of encoder.encode(piece)) {
-      const t = byteTok[byte];
-      if (t < 0) {
-        throw new TokenizerError(`no byte-fallback token for 0x${byte.toString(16)}`);
+    for (let k = 0; k < piece.length; k++) {
+      let c = piece.codePointAt(k)!;
+      if (c > 0xffff) k++;
+      else if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd;
+      if (c < 0x80) pushByte(byteTok, c, out);
+      else if (c < 0x800) {
+        pushByte(byteTok, 0xc0 | (c >> 6), out);
+        pushByte(byteTok, 0x80 | (c & 0x3f), out);
+      } else if (c < 0x10000) {
+        pushByte(byteTok, 0xe0 | (c >> 12), out);
+        pushByte(byteTok, 0x80 | ((c >> 6) & 0x3f), out);
+        pushByte(byteTok, 0x80 | (c & 0x3f), out);
+      } else {
+        pushByte(byteTok, 0xf0 | (c >> 18), out);
+        pushByte(byteTok, 0x80 | ((c >> 12) & 0x3f), out);
+        pushByte(byteTok, 0x80 | ((c >> 6) & 0x3f), out);
+        pushByte(byteTok, 0x80 | (c & 0x3f), out);
       }
-      out.push(t);
     }
   }
 }
 
-/** BPE over one raw-text fragment. */
-export class BpeEncoder {
+function pushByte(byteTok: Int32Array, byte: number, out: number[]): void {
+  const t = byteTok[byte];
+  if (t < 0) throw new TokenizerError(`no byte-fallback token for 0x${byte.toString(16)}`);
+  out.push(t);
+}
+
+/**
+ * SPM over escaped text, split into words where no token can straddle the
+ * split: before a "▁" that follows another character, when no token text
+ * holds "▁" after something else. Merges never cross such a point, so each
+ * word merges on its own exactly as inside the whole text, and repeated
+ * words come from the cache.
+ */
+export class SpmEncoder {
   readonly #v: Vocab;
-  readonly #pre: PreTokenizer;
+  readonly #byteTok: Int32Array;
+  readonly #cache: WordCache;
+  readonly #splittable: boolean;
 
-  /** Compiles the vocabulary's pre-tokenizer. */
-  constructor(v: Vocab) {
+  /** Prepares byte fallback and the word-split check for `v`. */
+  constructor(v: Vocab, cache: WordCacheOptions = {}) {
     this.#v = v;
-    this.#pre = new PreTokenizer(v.pre!.exprs);
+    this.#byteTok = spmByteTokens(v);
+    this.#cache = new WordCache(cache);
+    this.#splittable = !v.texts.some((t) => /[^\u2581]\u2581/u.test(t));
   }
 
-  /** Appends the ids of `text` to `out`. */
+  /** Appends the ids of an escaped text (spaces as ▁) to `out`. */
   encode(text: string, out: number[]): void {
-    const { cps, offs } = codePoints(text);
-    const lens = this.#pre.split(text, cps, offs);
-    // Byte-level text of the whole fragment; word k spans bytes [bo[k], bo[k+1]).
-    const bytes = encoder.encode(text);
-    const mapped = new Array<string>(bytes.length);
-    for (let i = 0; i < bytes.length; i++) mapped[i] = BYTE_TO_CHAR[bytes[i]];
-    const encoded = mapped.join("");
-    let cp = 0, bo = 0;
-    for (const n of lens) {
-      let nb = 0;
-      for (let i = cp; i < cp + n; i++) {
-        const c = cps[i];
-        nb += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
-      }
-      if (nb > 0) this.#word(encoded.substr(bo, nb), out);
-      cp += n;
-      bo += nb;
-    }
-  }
-
-  #word(word: string, out: number[]): void {
-    const v = this.#v;
-    if (v.ignoreMerges) {
-      const id = v.byText.get(word);
-      if (id !== undefined) {
-        out.push(id);
-        return;
-      }
-    }
-    const n = word.length; // every byte-level character is one UTF-16 unit
-    const len = new Int32Array(n).fill(1);
-    const prev = new Int32Array(n);
-    const next = new Int32Array(n);
-    for (let i = 0; i < n; i++) {
-      prev[i] = i - 1;
-      next[i] = i + 1 < n ? i + 1 : -1;
-    }
-    const bl: number[] = [], br: number[] = [], brank: number[] = [], btext: string[] = [];
-    const heap = new Heap((a, b) =>
-      brank[a] < brank[b] || (brank[a] === brank[b] && bl[a] < bl[b])
-    );
-    const tryAdd = (l: number, r: number) => {
-      if (l === -1 || r === -1) return;
-      const left = word.substr(l, len[l]), right = word.substr(r, len[r]);
-      const rank = v.ranks.get(left + " " + right);
-      if (rank === undefined) return;
-      bl.push(l);
-      br.push(r);
-      brank.push(rank);
-      btext.push(left + right);
-      heap.push(bl.length - 1);
-    };
-    for (let i = 1; i < n; i++) tryAdd(i - 1, i);
-    while (heap.size > 0) {
-      const b = heap.pop();
-      const l = bl[b], r = br[b];
-      if (len[l] === 0 || len[r] === 0) continue;
-      const t = btext[b];
-      if (len[l] + len[r] !== t.length || word.substr(l, len[l] + len[r]) !== t) continue;
-      len[l] += len[r];
-      len[r] = 0;
-      next[l] = next[r];
-      if (next[r] >= 0) prev[next[r]] = l;
-      tryAdd(prev[l], l);
-      tryAdd(l, next[l]);
-    }
-    for (let i = 0; i < n; i++) {
-      if (len[i] === 0) continue;
-      const piece = word.substr(i, len[i]);
-      const id = v.byText.get(piece);
-      if (id !== undefined) {
-        out.push(id);
+    if (!this.#splittable) return spmEncode(this.#v, this.#byteTok, text, out);
+    let from = 0;
+    for (let i = 1; i <= text.length; i++) {
+      if (
+        i < text.length && !(text.charCodeAt(i) === 0x2581 && text.charCodeAt(i - 1) !== 0x2581)
+      ) {
         continue;
       }
-      // llama.cpp looks each UTF-8 byte of the piece up as a one-byte token;
-      // only ASCII bytes can name a (valid UTF-8) token.
-      for (let k = 0; k < piece.length; k++) {
-        const c = piece.charCodeAt(k);
-        if (c >= 0x80) continue;
-        const t = v.byText.get(piece[k]);
-        if (t !== undefined) out.push(t);
-      }
+      this.#word(text.slice(from, i), out);
+      from = i;
     }
+  }
+
+  #word(w: string, out: number[]): void {
+    const cache = this.#cache;
+    if (!cache.accepts(w.length)) return spmEncode(this.#v, this.#byteTok, w, out);
+    if (cache.appendTo(w, out)) return;
+    const from = out.length;
+    spmEncode(this.#v, this.#byteTok, w, out);
+    cache.store(w, out, from);
+  }
+}
+
+/**
+ * WPM with a cache per whitespace-separated chunk: normalisation and the
+ * word split never look across whitespace, so a chunk's ids depend on the
+ * chunk alone.
+ */
+export class WpmEncoder {
+  readonly #v: Vocab;
+  readonly #cache: WordCache;
+
+  /** Creates the encoder for `v`. */
+  constructor(v: Vocab, cache: WordCacheOptions = {}) {
+    this.#v = v;
+    this.#cache = new WordCache(cache);
+  }
+
+  /** Appends the ids of one raw-text fragment to `out`. */
+  encode(text: string, out: number[]): void {
+    const { cps, offs } = codePoints(text);
+    const strip = this.#v.stripAccents;
+    const n = cps.length;
+    let start = -1;
+    for (let i = 0; i <= n; i++) {
+      let ws = i === n;
+      if (!ws) {
+        const c = strip ? nfdFirst(cps[i]) : cps[i];
+        ws = (cptFlags(c) & CptFlag.WHITESPACE) !== 0;
+      }
+      if (!ws) {
+        if (start < 0) start = i;
+        continue;
+      }
+      if (start >= 0) this.#chunk(text.slice(offs[start], offs[i]), out);
+      start = -1;
+    }
+  }
+
+  #chunk(w: string, out: number[]): void {
+    const cache = this.#cache;
+    if (!cache.accepts(w.length)) return wpmEncode(this.#v, w, out);
+    if (cache.appendTo(w, out)) return;
+    const from = out.length;
+    wpmEncode(this.#v, w, out);
+    cache.store(w, out, from);
   }
 }
 
@@ -227,18 +246,28 @@ function isChineseChar(c: number): boolean {
     (c >= 0xf900 && c <= 0xfaff) || (c >= 0x2f800 && c <= 0x2fa1f);
 }
 
+// Scratch of wpmEncode: UTF-16 offset and UTF-8 position of each code point.
+let wOffs = new Int32Array(64), wBpos = new Int32Array(64);
+
 /** WPM over one raw-text fragment. */
 export function wpmEncode(v: Vocab, text: string, out: number[]): void {
   const words = wpmPreprocess(text, v.lowercase, v.stripAccents);
   for (const word of words) {
     const w = "\u2581" + word;
-    const { cps, offs } = codePoints(w);
-    const n = cps.length;
-    const bpos = new Int32Array(n + 1);
-    for (let i = 0; i < n; i++) {
-      const c = cps[i];
-      bpos[i + 1] = bpos[i] + (c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4);
+    if (wOffs.length < w.length + 1) {
+      wOffs = new Int32Array(2 * w.length + 2);
+      wBpos = new Int32Array(2 * w.length + 2);
     }
+    const offs = wOffs, bpos = wBpos;
+    let n = 0;
+    for (let u = 0; u < w.length; n++) {
+      offs[n] = u;
+      const c = w.codePointAt(u)!;
+      u += c > 0xffff ? 2 : 1;
+      // Lone surrogates are 3 UTF-8 bytes (as U+FFFD) like any BMP code point.
+      bpos[n + 1] = bpos[n] + (c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4);
+    }
+    offs[n] = w.length;
     const mark = out.length;
     let ok = true;
     for (let i = 0; i < n;) {
@@ -266,14 +295,16 @@ export function wpmEncode(v: Vocab, text: string, out: number[]): void {
 
 /** BERT normalisation and splitting, as llama.cpp's WPM preprocess. */
 export function wpmPreprocess(text: string, lowercase: boolean, stripAccents: boolean): string[] {
-  const { cps } = codePoints(text);
   const words: string[] = [];
   let cur: number[] = [];
   const flush = () => {
     if (cur.length) words.push(String.fromCodePoint(...cur));
     cur = [];
   };
-  for (let c of cps) {
+  for (let u = 0; u < text.length; u++) {
+    let c = text.codePointAt(u)!;
+    if (c > 0xffff) u++;
+    else if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd;
     if (stripAccents) c = nfdFirst(c);
     const f = cptFlags(c);
     if (f & CptFlag.WHITESPACE) {

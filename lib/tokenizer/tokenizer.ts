@@ -5,8 +5,9 @@
  * @module
  */
 import type { GGUFHeader } from "../gguf/mod.ts";
-import { BpeEncoder, spmByteTokens, spmEncode, wpmEncode } from "./models.ts";
+import { BpeEncoder, SpmEncoder, WpmEncoder } from "./models.ts";
 import { CHAR_TO_BYTE, codePoints } from "./unicode.ts";
+import type { WordCacheOptions } from "./word_cache.ts";
 import { TokenAttr, TokenizerError, Vocab, type VocabData, vocabDataFromGGUF } from "./vocab.ts";
 
 /** Options of {@linkcode Tokenizer.encode}. */
@@ -25,6 +26,12 @@ export interface DecodeOptions {
   unparseSpecial?: boolean;
 }
 
+/** Options of the {@linkcode Tokenizer} constructor. */
+export interface TokenizerOptions {
+  /** Bounds of the per-tokenizer cache of encoded words. */
+  wordCache?: WordCacheOptions;
+}
+
 /** A text fragment [start, end) of the input, or a special token id. */
 type Fragment = { token: number } | { start: number; end: number };
 
@@ -37,20 +44,27 @@ export class Tokenizer {
   /** The vocabulary with llama.cpp's derived state. */
   readonly vocab: Vocab;
   readonly #bpe: BpeEncoder | null;
-  readonly #byteTok: Int32Array | null;
+  readonly #spm: SpmEncoder | null;
+  readonly #wpm: WpmEncoder | null;
   readonly #pieces: (Uint8Array | undefined)[];
 
-  /** Builds a tokenizer from vocabulary fields. */
-  constructor(data: VocabData) {
+  /**
+   * Builds a tokenizer from vocabulary fields. `opts.wordCache` bounds the
+   * cache of encoded words (`{ maxEntries: 0 }` turns it off; ids are the
+   * same either way).
+   */
+  constructor(data: VocabData, opts: TokenizerOptions = {}) {
     this.vocab = new Vocab(data);
-    this.#bpe = this.vocab.type === "bpe" ? new BpeEncoder(this.vocab) : null;
-    this.#byteTok = this.vocab.type === "spm" ? spmByteTokens(this.vocab) : null;
+    const t = this.vocab.type, wc = opts.wordCache;
+    this.#bpe = t === "bpe" ? new BpeEncoder(this.vocab, wc) : null;
+    this.#spm = t === "spm" ? new SpmEncoder(this.vocab, wc) : null;
+    this.#wpm = t === "wpm" ? new WpmEncoder(this.vocab, wc) : null;
     this.#pieces = new Array(this.vocab.texts.length);
   }
 
   /** Builds a tokenizer from a parsed GGUF header (`tokenizer.ggml.*` keys). */
-  static fromGGUF(header: GGUFHeader): Tokenizer {
-    return new Tokenizer(vocabDataFromGGUF(header));
+  static fromGGUF(header: GGUFHeader, opts: TokenizerOptions = {}): Tokenizer {
+    return new Tokenizer(vocabDataFromGGUF(header), opts);
   }
 
   /** Number of tokens. */
@@ -100,7 +114,7 @@ export class Tokenizer {
         }
         let s = text.slice(f.start, f.end);
         if (v.addSpacePrefix && prevSpecial) s = " " + s;
-        spmEncode(v, this.#byteTok!, s.replaceAll(" ", "\u2581"), out);
+        this.#spm!.encode(s.replaceAll(" ", "\u2581"), out);
         prevSpecial = false;
       }
       if (addSpecial && v.addEos) out.push(this.#need(v.ids.eos, "EOS"));
@@ -115,7 +129,7 @@ export class Tokenizer {
       if (addSpecial) out.push(this.#need(v.ids.bos, "BOS"));
       for (const f of frags) {
         if ("token" in f) out.push(f.token);
-        else wpmEncode(v, text.slice(f.start, f.end), out);
+        else this.#wpm!.encode(text.slice(f.start, f.end), out);
       }
       if (addSpecial) out.push(this.#need(v.ids.sep, "SEP"));
     }
