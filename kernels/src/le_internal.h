@@ -156,7 +156,7 @@ typedef struct le_compute_params {
 
 void le_barrier(le_ctx *ctx);
 /* Work sharing inside one node: returns 0, 1, 2, ... across all threads
- * (each value once); the count restarts at 0 at every barrier. Which thread
+ * (each value once); the count is one counter per node, zeroed at the start of each compute. Which thread
  * gets which unit must never change a result. */
 int64_t le_next_chunk(le_ctx *ctx);
 /* Record a data-dependent failure seen by any thread (first one wins). */

@@ -2,13 +2,16 @@
  * src1 row (i11, i12, i13)), with ggml's conversion of src1 to the weight
  * type's vec_dot_type first (f16 rounding, q8_0 quantization).
  *
- * Phase 1 converts src1 rows into the context scratch, split across threads;
- * after a barrier, phase 2 hands each thread a contiguous range of
+ * Phase 1 converts src1 rows into the context scratch, split across threads
+ * and followed by a barrier, or for a small src1 (decode) by every thread
+ * into its own part of the scratch with no barrier (le_sched.h); phase 2
+ * hands each thread a contiguous range of
  * (matrix, 16-row block) units and walks its columns in blocks so a block of
  * weight rows stays in cache while several activation columns pass over it.
  * Each output element is one vec_dot call, so results do not depend on the
  * thread count or the blocking. */
 #include "le_internal.h"
+#include "le_sched.h"
 
 #define BLK_ROWS 16
 #define BLK_COLS 8
@@ -136,18 +139,23 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   const int64_t r2 = ne12 / a->ne[2], r3 = ne13 / a->ne[3];
   const int direct = src1_direct(n, vt);
   const size_t vrow = le_row_size(vt, K);
+  /* A small src1 is converted whole by every thread into its own part of
+   * the scratch (see le_sched.h): no barrier, and threads.c may let this
+   * node start while others still finish the previous one. */
+  const size_t priv = le_mm_private_bytes(n, p->nth);
+  char *const wdata = (char *)p->wdata + (size_t)p->ith * priv;
 
   if (!direct) {
     const int64_t nr = ne11 * ne12 * ne13;
-    const int64_t dr = (nr + p->nth - 1) / p->nth;
-    const int64_t r0 = LE_MIN(dr * p->ith, nr), r1 = LE_MIN(r0 + dr, nr);
+    const int64_t dr = priv ? nr : (nr + p->nth - 1) / p->nth;
+    const int64_t r0 = priv ? 0 : LE_MIN(dr * p->ith, nr), r1 = LE_MIN(r0 + dr, nr);
     for (int64_t r = r0; r < r1; r++) {
       const int64_t i13 = r / (ne12 * ne11), i12 = (r / ne11) % ne12, i11 = r % ne11;
       const float *src = (const float *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] +
                                          i12 * b->nb[2] + i13 * b->nb[3]);
-      vt->from_float_act(src, (char *)p->wdata + (size_t)r * vrow, K);
+      vt->from_float_act(src, wdata + (size_t)r * vrow, K);
     }
-    le_barrier(p->ctx);
+    if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
   }
 
   const le_gemm_tiles *gt = d->nb[1] % 4 ? NULL : tiles_for(n, t);
@@ -163,7 +171,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     if (gt) {
       const char *ybase = direct
           ? (const char *)(uintptr_t)b->data + i12 * b->nb[2] + i13 * b->nb[3]
-          : (const char *)p->wdata + (size_t)((i13 * ne12 + i12) * ne11) * vrow;
+          : (const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11) * vrow;
       float *dbase = (float *)((char *)(uintptr_t)d->data + i12 * d->nb[2] + i13 * d->nb[3]);
       const size_t by = direct ? (size_t)b->nb[1] : vrow;
       tile_block(gt, K, arow, (size_t)a->nb[1], ir0, ir1, M, ybase, by, ne11, dbase,
@@ -175,7 +183,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       for (int64_t i11 = jc; i11 < jc1; i11++) {
         const void *y = direct
             ? (const void *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] + i12 * b->nb[2] + i13 * b->nb[3])
-            : (const void *)((const char *)p->wdata + (size_t)((i13 * ne12 + i12) * ne11 + i11) * vrow);
+            : (const void *)((const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11 + i11) * vrow);
         float *out = (float *)((char *)(uintptr_t)d->data + i11 * d->nb[1] + i12 * d->nb[2] + i13 * d->nb[3]);
         for (int64_t i01 = ir0; i01 < ir1; i01++) {
           if (ne11 == 1 && i01 + PF_ROWS < M) { /* see tile_block */

@@ -1,12 +1,17 @@
 /* The persistent thread pool and le_graph_compute.
  *
  * Every thread (the caller is thread 0) walks the same node array; each node
- * is split across threads by the op itself, and a barrier separates nodes.
+ * is split across threads by the op itself. A barrier separates a node from
+ * the ones before it unless it touches none of the memory they write and
+ * writes none they read (plan_barriers): a decode step is ~20 tiny nodes per
+ * layer, and q/k/v or gate/up projections need no wait between them. Which
+ * thread computes what never changes a value, so results do not depend on it.
  * Waiting spins briefly on an atomic (nodes are short, a sleep/wake round
  * trip costs more than the work) and then sleeps on a condition variable so
  * an idle context burns no CPU. */
 #define _GNU_SOURCE
 #include "le_internal.h"
+#include "le_sched.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,6 +20,26 @@
 #include <time.h>
 
 #define LE_SPIN 4096
+
+/* Most nodes that may run between two barriers (bounds plan_barriers' work). */
+#define LE_GROUP_MAX 8
+/* Nodes at most this big run on thread 0 alone (see le_solo): elements of
+ * dst, or multiply-adds of a mul_mat. Waking a second thread and waiting for
+ * it costs more than the work. */
+#define LE_SOLO_ELEMS 4096
+#define LE_SOLO_MACS 32768
+
+/* ctx->sync bits per node */
+enum { LE_SYNC_BEFORE = 1, LE_SYNC_SOLO = 2 };
+
+/* le_next_chunk's counter of one node, alone on its cache line. */
+typedef struct le_chunk {
+  atomic_llong v;
+  char pad[64 - sizeof(atomic_llong)];
+} le_chunk;
+
+/* The counter of the node this thread is computing (nodes overlap without barriers). */
+static __thread le_chunk *le_cur_chunk;
 
 typedef struct le_worker {
   le_ctx *ctx;
@@ -36,7 +61,11 @@ struct le_ctx {
   atomic_int sleepers;
   atomic_int busy;
   atomic_int failed;
-  atomic_llong chunk; /* le_next_chunk's counter; 0 whenever all threads sit in a barrier */
+  le_chunk *chunks;    /* per node, zeroed before each compute */
+  uint8_t *sync;       /* per node: 1 = barrier before it */
+  int32_t cap_nodes;   /* entries of chunks and sync */
+  int64_t n_barriers;  /* barriers between nodes (profile) */
+  int64_t n_computes;
   char fail_msg[256];
   char error[512]; /* le_ctx_error */
   /* LE_PROFILE=1: thread 0's wall time per op (node + its barrier), printed at free */
@@ -81,14 +110,10 @@ static void le_notify(le_ctx *ctx) {
 
 void le_barrier(le_ctx *ctx) {
   const int nth = ctx->n_threads;
-  if (nth == 1) {
-    atomic_store_explicit(&ctx->chunk, 0, memory_order_relaxed);
-    return;
-  }
+  if (nth == 1) return;
   const int gen = atomic_load(&ctx->bar_gen);
   if (atomic_fetch_add(&ctx->bar_count, 1) == nth - 1) {
     atomic_store(&ctx->bar_count, 0);
-    atomic_store_explicit(&ctx->chunk, 0, memory_order_relaxed); /* published by bar_gen */
     atomic_fetch_add(&ctx->bar_gen, 1);
     le_notify(ctx);
   } else {
@@ -97,7 +122,8 @@ void le_barrier(le_ctx *ctx) {
 }
 
 int64_t le_next_chunk(le_ctx *ctx) {
-  return atomic_fetch_add_explicit(&ctx->chunk, 1, memory_order_relaxed);
+  (void)ctx;
+  return atomic_fetch_add_explicit(&le_cur_chunk->v, 1, memory_order_relaxed);
 }
 
 void le_ctx_fail(le_ctx *ctx, const char *msg) {
@@ -112,23 +138,137 @@ static double le_now_ns(void) {
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+static void le_prof_add(le_ctx *ctx, int i, double ns, int count) {
+  const int op = ctx->nodes[i].op;
+  if (op < 0 || op >= LE_OP_COUNT) return;
+  ctx->prof_ns[op] += ns;
+  if (!count) return;
+  ctx->prof_n[op]++;
+  const le_tensor *s0 = &ctx->nodes[i].src[0];
+  ctx->prof_bytes[op] += (double)s0->nb[1] * (double)(s0->ne[1] * s0->ne[2] * s0->ne[3]);
+}
+
 static void le_run_nodes(le_ctx *ctx, int ith) {
   le_compute_params p = {
       .ith = ith, .nth = ctx->n_threads, .ctx = ctx, .wdata = ctx->wdata, .wsize = ctx->wsize};
+  le_compute_params solo = p;
+  solo.nth = 1;
+  /* Profile: each op is charged its own time and the wait for it to finish
+   * on every thread (the next barrier). */
   const int prof = ctx->profile && ith == 0;
   for (int i = 0; i < ctx->n_nodes; i++) {
-    const double t0 = prof ? le_now_ns() : 0;
-    le_node_compute(&ctx->nodes[i], &p);
-    le_barrier(ctx);
-    if (prof) {
-      const int op = ctx->nodes[i].op;
-      if (op >= 0 && op < LE_OP_COUNT) {
-        ctx->prof_ns[op] += le_now_ns() - t0;
-        ctx->prof_n[op]++;
-        const le_tensor *s0 = &ctx->nodes[i].src[0];
-        ctx->prof_bytes[op] += (double)s0->nb[1] * (double)(s0->ne[1] * s0->ne[2] * s0->ne[3]);
-      }
+    const uint8_t sync = ctx->sync[i];
+    if (i > 0 && (sync & LE_SYNC_BEFORE)) {
+      const double t0 = prof ? le_now_ns() : 0;
+      le_barrier(ctx);
+      if (prof) le_prof_add(ctx, i - 1, le_now_ns() - t0, 0);
     }
+    if ((sync & LE_SYNC_SOLO) && ith != 0) continue;
+    const double t0 = prof ? le_now_ns() : 0;
+    le_cur_chunk = &ctx->chunks[i];
+    le_node_compute(&ctx->nodes[i], sync & LE_SYNC_SOLO ? &solo : &p);
+    if (prof) le_prof_add(ctx, i, le_now_ns() - t0, 1);
+  }
+  const double t0 = prof ? le_now_ns() : 0;
+  le_barrier(ctx);
+  if (prof && ctx->n_nodes) le_prof_add(ctx, ctx->n_nodes - 1, le_now_ns() - t0, 0);
+}
+
+/* ---- which nodes need a barrier before them ---- */
+
+typedef struct le_span {
+  uint64_t lo, hi; /* bytes [lo, hi); empty when lo == hi */
+} le_span;
+
+static le_span le_span_of(const le_tensor *t) {
+  le_span s = {t->data, t->data};
+  if (!t->data) return s;
+  const le_type_traits *tr = le_traits(t->type);
+  const int64_t ts = tr ? (int64_t)tr->size : 8, bl = tr ? tr->blck : 1; /* unknown: wide */
+  int64_t ext = ts + (t->ne[0] / bl - 1) * t->nb[0];
+  for (int i = 0; i < LE_MAX_DIMS; i++) {
+    if (t->ne[i] <= 0) return s;
+    if (i > 0) ext += (t->ne[i] - 1) * t->nb[i];
+  }
+  s.hi = s.lo + (uint64_t)ext;
+  return s;
+}
+
+static int le_overlap(le_span a, le_span b) {
+  return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+}
+
+/* How a node uses the context scratch, as far as other threads can see. */
+typedef struct le_scratch {
+  enum { LE_SCR_SHARED, LE_SCR_PRIVATE, LE_SCR_SOLO } kind;
+  /* SHARED: the whole scratch, every thread. PRIVATE: thread ith only
+   * [ith * bytes, (ith + 1) * bytes). SOLO: thread 0 only, [0, bytes). */
+  int64_t bytes; /* 0: no scratch */
+} le_scratch;
+
+/* Whether two nodes' scratch use can overlap in time without touching the
+ * same bytes from different threads. */
+static int le_scratch_ok(le_scratch a, le_scratch b) {
+  if (!a.bytes || !b.bytes) return 1;
+  if (a.kind == LE_SCR_SHARED || b.kind == LE_SCR_SHARED) return 0;
+  if (a.kind == b.kind) return a.kind == LE_SCR_SOLO || a.bytes == b.bytes;
+  /* thread 0's solo bytes against the private parts of threads >= 1 */
+  return a.kind == LE_SCR_SOLO ? a.bytes <= b.bytes : b.bytes <= a.bytes;
+}
+
+/* Whether node j may run concurrently with node g (which comes before it):
+ * j reads nothing g writes, writes nothing g reads or writes, and their
+ * scratch use cannot collide. */
+static int le_independent(const le_node *g, const le_node *j, le_scratch sg, le_scratch sj) {
+  if (!le_scratch_ok(sg, sj)) return 0;
+  const le_span gd = le_span_of(&g->dst), jd = le_span_of(&j->dst);
+  if (le_overlap(gd, jd)) return 0;
+  for (int k = 0; k < g->n_src && k < LE_MAX_SRC; k++)
+    if (le_overlap(jd, le_span_of(&g->src[k]))) return 0;
+  for (int k = 0; k < j->n_src && k < LE_MAX_SRC; k++)
+    if (le_overlap(gd, le_span_of(&j->src[k]))) return 0;
+  return 1;
+}
+
+/* Whether a node is so small that thread 0 computes it alone (as with one
+ * thread: every op gives the same values for any thread count) while the
+ * others skip it. A run of such nodes then needs no barriers inside. */
+static int le_solo(const le_node *n) {
+  const le_tensor *d = &n->dst;
+  const int64_t nd = d->ne[0] * d->ne[1] * d->ne[2] * d->ne[3];
+  if (n->op == LE_OP_MUL_MAT) return nd * n->src[0].ne[0] <= LE_SOLO_MACS;
+  return nd <= LE_SOLO_ELEMS;
+}
+
+/* Fill ctx->sync: a barrier before node i unless, for every node since the
+ * last barrier, the two are independent or both run on thread 0 alone (one
+ * thread, program order). With one thread nothing runs concurrently. */
+static void plan_barriers(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
+  int group[LE_GROUP_MAX];
+  le_scratch use[LE_GROUP_MAX];
+  int ng = 0;
+  const int nth = ctx->n_threads;
+  for (int i = 0; i < n_nodes; i++) {
+    const le_node *n = &nodes[i];
+    const int solo = nth > 1 && le_solo(n);
+    /* as with one thread; mul_mat's conversion needs less than its wsize bound */
+    le_scratch u = {LE_SCR_SOLO, (int64_t)(n->op == LE_OP_MUL_MAT ? le_mm_src1_bytes(n)
+                                                                    : le_node_wsize(n, 1))};
+    if (!solo) {
+      const size_t priv = n->op == LE_OP_MUL_MAT ? le_mm_private_bytes(n, nth) : 0;
+      u = priv ? (le_scratch){LE_SCR_PRIVATE, (int64_t)priv}
+               : (le_scratch){LE_SCR_SHARED, (int64_t)le_node_wsize(n, nth)};
+    }
+    int ok = i > 0 && ng < LE_GROUP_MAX && nth > 1;
+    for (int k = 0; ok && k < ng; k++) {
+      const int g = group[k];
+      ok = ((ctx->sync[g] & LE_SYNC_SOLO) && solo) || /* thread 0 alone, in order */
+           le_independent(&nodes[g], n, use[k], u);
+    }
+    ctx->sync[i] = (uint8_t)((ok ? 0 : LE_SYNC_BEFORE) | (solo ? LE_SYNC_SOLO : 0));
+    if (!ok) ng = 0;
+    group[ng] = i;
+    use[ng++] = u;
   }
 }
 
@@ -157,7 +297,7 @@ le_ctx *le_ctx_new(int32_t n_threads) {
   }
   ctx->n_threads = n_threads;
   const char *prof = getenv("LE_PROFILE");
-  ctx->profile = prof && *prof && *prof != '0';
+  ctx->profile = prof && *prof && *prof != '0' ? atoi(prof) > 1 ? 2 : 1 : 0;
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv, NULL);
   (void)le_simd(); /* detect CPU features once, before any worker runs */
@@ -183,6 +323,9 @@ le_ctx *le_ctx_new(int32_t n_threads) {
 void le_ctx_free(le_ctx *ctx) {
   if (!ctx) return;
   if (ctx->profile) {
+    if (ctx->n_computes)
+      fprintf(stderr, "le_profile: %.1f barriers between nodes per compute (%lld computes)\n",
+              (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes);
     double tot = 0;
     for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
     for (int i = 0; i < LE_OP_COUNT; i++)
@@ -201,6 +344,8 @@ void le_ctx_free(le_ctx *ctx) {
   pthread_cond_destroy(&ctx->cv);
   free(ctx->workers);
   free(ctx->wdata);
+  free(ctx->chunks);
+  free(ctx->sync);
   free(ctx);
 }
 
@@ -239,8 +384,41 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
       atomic_store(&ctx->busy, 0);
       return -3;
     }
-    const size_t w = le_node_wsize(&nodes[i], ctx->n_threads);
+    size_t w = le_node_wsize(&nodes[i], ctx->n_threads);
+    const size_t priv = nodes[i].op == LE_OP_MUL_MAT ? le_mm_private_bytes(&nodes[i], ctx->n_threads) : 0;
+    if (priv * (size_t)ctx->n_threads > w) w = priv * (size_t)ctx->n_threads;
+    if (le_node_wsize(&nodes[i], 1) > w) w = le_node_wsize(&nodes[i], 1); /* run solo */
     if (w > need) need = w;
+  }
+  if (n_nodes > ctx->cap_nodes) {
+    const int32_t cap = n_nodes > 2 * ctx->cap_nodes ? n_nodes : 2 * ctx->cap_nodes;
+    free(ctx->chunks);
+    free(ctx->sync);
+    ctx->cap_nodes = 0;
+    ctx->chunks = le_alloc((size_t)cap * sizeof(le_chunk), 64);
+    ctx->sync = malloc((size_t)cap);
+    if (!ctx->chunks || !ctx->sync) {
+      free(ctx->chunks);
+      free(ctx->sync);
+      ctx->chunks = NULL;
+      ctx->sync = NULL;
+      le_set_error("le_graph_compute: out of memory");
+      atomic_store(&ctx->busy, 0);
+      return -4;
+    }
+    ctx->cap_nodes = cap;
+  }
+  if (n_nodes > 0) memset(ctx->chunks, 0, (size_t)n_nodes * sizeof(le_chunk));
+  plan_barriers(ctx, nodes, n_nodes);
+  if (ctx->profile > 1 && ctx->n_computes == 1) { /* the barrier plan: "|" barrier, "s" solo */
+    for (int i = 0; i < n_nodes; i++)
+      fprintf(stderr, "%s%s%d", ctx->sync[i] & LE_SYNC_BEFORE ? " |" : " ",
+              ctx->sync[i] & LE_SYNC_SOLO ? "s" : "", nodes[i].op);
+    fprintf(stderr, "\n");
+  }
+  if (ctx->profile) {
+    ctx->n_computes++;
+    for (int i = 1; i < n_nodes; i++) ctx->n_barriers += ctx->sync[i] & LE_SYNC_BEFORE;
   }
   if (need > ctx->wsize) {
     free(ctx->wdata);
@@ -255,7 +433,6 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   }
   ctx->nodes = nodes;
   ctx->n_nodes = n_nodes;
-  atomic_store(&ctx->chunk, 0);
   atomic_store(&ctx->failed, 0);
   if (ctx->n_threads > 1) {
     atomic_fetch_add(&ctx->job_gen, 1);

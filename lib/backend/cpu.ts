@@ -57,6 +57,20 @@ export function physicalCores(): number {
   return hc && hc > 0 ? hc : 4;
 }
 
+// Command buffers kept (one per recently computed node array: graph splits alternate).
+const MAX_PROGRAMS = 4;
+
+interface Program {
+  /** The node array this buffer encodes (identity is the cache key). */
+  readonly key: readonly ExecNode[];
+  readonly ptr: Deno.PointerObject;
+  /** Node slots allocated. */
+  readonly cap: number;
+  readonly view: DataView;
+  /** The node object encoded in each slot (undefined: slot to be encoded). */
+  readonly encoded: (ExecNode | undefined)[];
+}
+
 /** Native-kernel backend with a persistent thread pool. */
 export class CpuBackend implements Backend {
   /** Backend name. */
@@ -65,9 +79,9 @@ export class CpuBackend implements Backend {
   readonly threads: number;
   readonly #lib: NativeLibrary;
   #ctx: Deno.PointerObject | null;
-  #cmd: Deno.PointerObject | null = null;
-  #cmdCap = 0;
-  #cmdView: DataView | null = null;
+  // Encoded command buffers, most recently used first, keyed by the node array.
+  #programs: Program[] = [];
+  #running = 0;
   #queue: Promise<void> = Promise.resolve();
   readonly #buffers = new Set<CpuBuffer>();
   readonly #addr = new WeakMap<BackendBuffer, number>();
@@ -114,7 +128,9 @@ export class CpuBackend implements Backend {
   /** Frees a buffer from alloc(); its `bytes` must not be touched afterwards. */
   free(buf: BackendBuffer): void {
     const b = buf as CpuBuffer;
-    if (!this.#buffers.delete(b)) throw new Error("free: buffer was not allocated by this backend");
+    if (!this.#buffers.has(b)) throw new Error("free: buffer was not allocated by this backend");
+    this.#dropPrograms();
+    this.#buffers.delete(b);
     this.#lib.symbols.le_free(b.ptr);
   }
 
@@ -128,20 +144,6 @@ export class CpuBackend implements Backend {
       this.#addr.set(b, a);
     }
     return a;
-  }
-
-  #ensureCapacity(n: number): DataView {
-    if (n > this.#cmdCap || !this.#cmdView) {
-      const cap = Math.max(n, this.#cmdCap * 2, 64);
-      const p = this.#lib.symbols.le_alloc(BigInt(cap * NODE_BYTES), 64n);
-      if (p === null) throw new RangeError(`command buffer: ${this.#lib.lastError()}`);
-      if (this.#cmd) this.#lib.symbols.le_free(this.#cmd);
-      this.#cmd = p;
-      this.#cmdCap = cap;
-      const bytes = nativeBytes(p, cap * NODE_BYTES);
-      this.#cmdView = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    }
-    return this.#cmdView;
   }
 
   #encodeTensor(v: DataView, off: number, t: ResolvedTensor | undefined, where: string): void {
@@ -158,13 +160,34 @@ export class CpuBackend implements Backend {
     setAddress(v, off + L.T_DATA, this.#bufAddress(t.data.buffer, where) + t.data.offset);
   }
 
-  /** Validates and encodes `nodes` into the command buffer; returns its pointer. */
+  /**
+   * The command buffer for `nodes`, validated and encoded. A node array seen
+   * before keeps its buffer and only nodes whose object changed since (for
+   * example a KV store moved to another cell) are validated and encoded
+   * again: a decode step that reuses its plan re-encodes a handful of nodes,
+   * not all of them. What native code reads is always what was validated,
+   * since the buffer holds the encoded values, not references to the nodes.
+   */
   #encode(nodes: readonly ExecNode[]): Deno.PointerObject {
     if (!this.#ctx) throw new Error("CpuBackend used after dispose");
-    nodes.forEach(validateNode);
-    const v = this.#ensureCapacity(nodes.length);
-    nodes.forEach((n, i) => {
-      const base = i * NODE_BYTES, where = `node ${i}`;
+    const k = this.#programs.findIndex((p) => p.key === nodes);
+    if (k < 0 || this.#programs[k].cap < nodes.length) {
+      if (k >= 0) this.#dropProgram(k);
+      this.#programs.unshift(this.#newProgram(nodes));
+      while (this.#programs.length > MAX_PROGRAMS) this.#dropProgram(this.#programs.length - 1);
+    } else if (k > 0) {
+      this.#programs.unshift(...this.#programs.splice(k, 1));
+    }
+    const prog = this.#programs[0];
+    const stale: number[] = [];
+    for (let i = 0; i < nodes.length; i++) if (prog.encoded[i] !== nodes[i]) stale.push(i);
+    for (const i of stale) {
+      prog.encoded[i] = undefined; // a failure below leaves it to be checked again
+      validateNode(nodes[i], i);
+    }
+    const v = prog.view;
+    for (const i of stale) {
+      const n = nodes[i], base = i * NODE_BYTES, where = `node ${i}`;
       v.setInt32(base + L.OP, n.op, true);
       v.setInt32(base + L.N_SRC, n.src.length, true);
       this.#encodeTensor(v, base + L.DST, n.dst, where);
@@ -174,8 +197,30 @@ export class CpuBackend implements Backend {
       for (let p = 0; p < MAX_PARAMS; p++) {
         v.setInt32(base + L.PARAMS + 4 * p, n.params[p] ?? 0, true);
       }
-    });
-    return this.#cmd!;
+      prog.encoded[i] = n;
+    }
+    prog.encoded.length = nodes.length;
+    return prog.ptr;
+  }
+
+  #newProgram(nodes: readonly ExecNode[]): Program {
+    const cap = Math.max(nodes.length, 64);
+    const ptr = this.#lib.symbols.le_alloc(BigInt(cap * NODE_BYTES), 64n);
+    if (ptr === null) throw new RangeError(`command buffer: ${this.#lib.lastError()}`);
+    const bytes = nativeBytes(ptr, cap * NODE_BYTES);
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    return { key: nodes, ptr, cap, view, encoded: [] };
+  }
+
+  #dropProgram(k: number): void {
+    const [p] = this.#programs.splice(k, 1);
+    this.#lib.symbols.le_free(p.ptr);
+  }
+
+  // Encoded addresses may point into a buffer about to be freed: forget them all.
+  #dropPrograms(): void {
+    if (this.#running) throw new Error("CpuBackend: buffer freed while a compute is running");
+    while (this.#programs.length) this.#dropProgram(0);
   }
 
   #check(rc: number): void {
@@ -195,7 +240,12 @@ export class CpuBackend implements Backend {
       signal?.throwIfAborted();
       if (nodes.length === 0) return;
       const cmd = this.#encode(nodes);
-      this.#check(await this.#lib.symbols.le_graph_compute(this.#ctx, cmd, nodes.length));
+      this.#running++;
+      try {
+        this.#check(await this.#lib.symbols.le_graph_compute(this.#ctx, cmd, nodes.length));
+      } finally {
+        this.#running--;
+      }
     };
     const p = this.#queue.then(run, run);
     this.#queue = p.then(() => {}, () => {});
@@ -205,6 +255,8 @@ export class CpuBackend implements Backend {
   /** Runs the nodes synchronously on this thread's caller (small graphs, tests). */
   computeSync(nodes: readonly ExecNode[]): void {
     if (nodes.length === 0) return;
+    // Encoding could evict the command buffer an asynchronous compute is reading.
+    if (this.#running) throw new Error("computeSync: an asynchronous compute is running");
     const cmd = this.#encode(nodes);
     this.#check(this.#lib.symbols.le_graph_compute_sync(this.#ctx, cmd, nodes.length));
   }
@@ -214,9 +266,7 @@ export class CpuBackend implements Backend {
     if (!this.#ctx) return;
     this.#lib.symbols.le_ctx_free(this.#ctx);
     this.#ctx = null;
-    if (this.#cmd) this.#lib.symbols.le_free(this.#cmd);
-    this.#cmd = null;
-    this.#cmdView = null;
+    while (this.#programs.length) this.#dropProgram(0);
     for (const b of this.#buffers) this.#lib.symbols.le_free(b.ptr);
     this.#buffers.clear();
   }

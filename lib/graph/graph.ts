@@ -67,6 +67,8 @@ export class Graph {
   /** Tensors marked with {@link markOutput}. */
   readonly outputs: Tensor[] = [];
   #own = new WeakSet<Tensor>();
+  // Tensors that another tensor's offset was derived from (see moveView).
+  #aliased = new WeakSet<Tensor>();
   #seen = new Set<Tensor>();
   #layer = -1;
 
@@ -85,6 +87,7 @@ export class Graph {
     for (const s of init.src ?? []) this.#check(s);
     const t = new Tensor({ layer: this.#layer, ...init });
     this.#own.add(t);
+    if (init.viewSrc) { for (const s of init.src ?? []) this.#aliased.add(s); }
     return t;
   }
 
@@ -438,6 +441,34 @@ export class Graph {
   /** Swap dims 0 and 1 (zero-copy). */
   transpose(x: Tensor): Tensor {
     return this.permute(x, 1, 0, 2, 3);
+  }
+
+  /**
+   * Move `node`, an op that writes into another tensor's storage (a
+   * {@link cpy} into a view, an in-place op), to `offset` bytes into that
+   * storage; a copy's destination view moves with it. This lets a built and
+   * planned graph be reused for a step whose only difference is where a
+   * copy lands (the cache cells of a decode step). Views made from `node`
+   * would not follow, so `node` must have none.
+   */
+  moveView(node: Tensor, offset: number): void {
+    this.#check(node);
+    const root = node.viewSrc;
+    if (node.kind !== "op" || !root) {
+      throw new GraphError(`moveView: ${node.describe()} does not write into another tensor`);
+    }
+    if (this.#aliased.has(node)) {
+      throw new GraphError(`moveView: ${node.describe()} has views that would not move`);
+    }
+    if (!Number.isSafeInteger(offset) || offset < 0 || offset + node.nbytes > root.nbytes) {
+      throw new GraphError(
+        `moveView: ${node.describe()} at ${offset} exceeds ${root.describe()} (${root.nbytes} bytes)`,
+      );
+    }
+    // viewOffset is read-only to everyone else; only this check-guarded path changes it.
+    (node as { viewOffset: number }).viewOffset = offset;
+    const dst = node.op === Op.CPY ? node.src[1] : undefined;
+    if (dst?.viewSrc === root) (dst as { viewOffset: number }).viewOffset = offset;
   }
 
   /**

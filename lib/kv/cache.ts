@@ -14,9 +14,13 @@ import { rowSize, type Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../gguf/types.ts";
 import type { Ubatch } from "./batch.ts";
 import { checkSeq, KvCells, KvError } from "./cells.ts";
-import { floatToHalf, isMaskedSwa, SwaType } from "./swa.ts";
+import { isMaskedSwa, SwaType } from "./swa.ts";
+import { fillKqMask, type MaskOptions } from "./mask.ts";
+import { applyDefragMoves, type DefragMove, planDefragMoves } from "./defrag.ts";
 
 export { floatToHalf, isMaskedSwa, SwaType } from "./swa.ts";
+export type { MaskOptions } from "./mask.ts";
+export type { DefragMove } from "./defrag.ts";
 
 export type {
   Backend,
@@ -66,27 +70,17 @@ export interface SlotInfo {
   readonly idxs: readonly number[];
 }
 
-/** One defrag step: cells [src, src+len) move to [dst, dst+len). */
-export interface DefragMove {
-  /** First source cell. */
-  readonly src: number;
-  /** First destination cell. */
-  readonly dst: number;
-  /** Cells moved. */
+// A store copy put into a graph: tokens [t0, t0 + len) into K or V.
+interface StoreNode {
+  readonly node: Tensor;
+  readonly which: "k" | "v";
+  readonly t0: number;
   readonly len: number;
 }
 
 interface LayerStore {
   k: BufferRef;
   v: BufferRef;
-}
-
-/** Options of {@link KvCache.fillMask}. */
-export interface MaskOptions {
-  /** Causal attention (default true). */
-  causal?: boolean;
-  /** ALiBi: store -|p0 - p1| instead of 0 for visible cells. */
-  alibi?: boolean;
 }
 
 /** The KV cache. */
@@ -122,6 +116,7 @@ export class KvCache implements Disposable {
   #layers: LayerStore[] = [];
   #buffers: Array<[Backend, BackendBuffer]> = [];
   #graphTensors = new WeakMap<Graph, Map<string, Tensor>>();
+  #stores = new WeakMap<Graph, StoreNode[]>();
 
   /** Allocate the per-layer K/V storage (zero-filled) and empty cells. */
   constructor(o: KvCacheOptions) {
@@ -393,31 +388,7 @@ export class KvCache implements Disposable {
    * (Uint16Array).
    */
   fillMask(ub: Ubatch, nKv: number, out: Float32Array | Uint16Array, o: MaskOptions = {}): void {
-    if (out.length !== nKv * ub.nTokens) {
-      throw new KvError(`fillMask: need ${nKv * ub.nTokens} values, got ${out.length}`);
-    }
-    if (nKv > this.size) throw new KvError(`fillMask: nKv ${nKv} > size ${this.size}`);
-    const causal = o.causal ?? true;
-    const half = out instanceof Uint16Array;
-    const c = this.cells;
-    const drop = half ? 0xfc00 : -Infinity;
-    for (let t = 0; t < ub.nTokens; t++) {
-      const s = ub.seqId[t][0];
-      const p1 = ub.pos[t];
-      const row = t * nKv;
-      for (let j = 0; j < nKv; j++) {
-        const p0 = c.pos[j];
-        let v: number = drop;
-        if (
-          p0 !== -1 && c.seqHas(j, s) && !(causal && p0 > p1) &&
-          !(this.swaType !== SwaType.NONE && isMaskedSwa(this.nSwa, this.swaType, p0, p1))
-        ) {
-          const a = o.alibi ? -Math.abs(p0 - p1) : 0;
-          v = half ? floatToHalf(a) : a;
-        }
-        out[row + j] = v;
-      }
-    }
+    fillKqMask(this.cells, this, ub, nKv, out, o);
   }
 
   // ---- K-shift -----------------------------------------------------------
@@ -537,8 +508,9 @@ export class KvCache implements Disposable {
     const { runs, tokStride } = this.#runs(kCur, w, slot, "storeK");
     return runs.map(({ t0, c0, len }) => {
       const src = g.view(kCur, [w, len], [tokStride], t0 * tokStride);
-      const node = g.cpy(src, g.view(k, [w, len], [row], c0 * row));
+      const node = g.cpy(src, g.view(k, [w, len], [row], this.#storeOffset("k", c0)));
       g.expand(node);
+      this.#noteStore(g, { node, which: "k", t0, len });
       return node;
     });
   }
@@ -550,14 +522,60 @@ export class KvCache implements Disposable {
     const { runs, tokStride } = this.#runs(vCur, w, slot, "storeV");
     return runs.map(({ t0, c0, len }) => {
       const src = g.view(vCur, [w, len], [tokStride], t0 * tokStride);
+      const at = this.#storeOffset("v", c0);
       const node = this.vTrans
-        ? g.cpy(
-          g.transpose(src),
-          g.view(v, [len, w], [rowSize(this.typeV, this.size)], c0 * rowSize(this.typeV, 1)),
-        )
-        : g.cpy(src, g.view(v, [w, len], [rowSize(this.typeV, w)], c0 * rowSize(this.typeV, w)));
+        ? g.cpy(g.transpose(src), g.view(v, [len, w], [rowSize(this.typeV, this.size)], at))
+        : g.cpy(src, g.view(v, [w, len], [rowSize(this.typeV, w)], at));
       g.expand(node);
+      this.#noteStore(g, { node, which: "v", t0, len });
       return node;
+    });
+  }
+
+  // Byte offset of cell c0 in a layer's K or V storage.
+  #storeOffset(which: "k" | "v", c0: number): number {
+    if (which === "k") return c0 * rowSize(this.typeK, this.nEmbdKGqa);
+    return c0 * rowSize(this.typeV, this.vTrans ? 1 : this.nEmbdVGqa);
+  }
+
+  #noteStore(g: Graph, s: StoreNode): void {
+    const list = this.#stores.get(g);
+    if (list) list.push(s);
+    else this.#stores.set(g, [s]);
+  }
+
+  /**
+   * Point the store copies that {@link storeK}/{@link storeV} put into `g`
+   * at the cells of `slot`, so a graph built (and planned) for one decode
+   * step serves the next one of the same shape (llama.cpp's graph reuse).
+   * The slot must split the tokens into runs of consecutive cells exactly
+   * as the slot `g` was built with; otherwise nothing changes and the result
+   * is null (build a new graph). Returns the moved nodes, for the scheduler.
+   */
+  moveStores(g: Graph, slot: SlotInfo): Tensor[] | null {
+    const stores = this.#stores.get(g);
+    if (!stores?.length) return null;
+    // Run starts (token index -> first cell) of the new slot.
+    const idxs = slot.idxs;
+    const startCell = new Map<number, number>();
+    let lens = 0;
+    for (let t = 0; t < idxs.length; t++) {
+      const c = idxs[t];
+      if (!Number.isInteger(c) || c < 0 || c >= this.size) {
+        throw new KvError(`moveStores: cell ${c} out of range`);
+      }
+      if (t === 0 || idxs[t - 1] + 1 !== c) {
+        startCell.set(t, c);
+        lens++;
+      }
+    }
+    const runsPerGraph = stores.length / (2 * this.nLayer);
+    if (lens !== runsPerGraph) return null;
+    // As many runs, each old run start a new one: the same cut into runs.
+    for (const s of stores) if (!startCell.has(s.t0)) return null;
+    return stores.map((s) => {
+      g.moveView(s.node, this.#storeOffset(s.which, startCell.get(s.t0)!));
+      return s.node;
     });
   }
 
@@ -565,21 +583,7 @@ export class KvCache implements Disposable {
 
   /** Moves that pack all used cells to the front (the last used cells fill the first holes). */
   planDefrag(): DefragMove[] {
-    const c = this.cells;
-    const moves: Array<{ src: number; dst: number; len: number }> = [];
-    let hole = 0;
-    let tail = c.usedMaxP1() - 1;
-    while (true) {
-      while (hole < this.size && !c.isEmpty(hole)) hole++;
-      while (tail >= 0 && c.isEmpty(tail)) tail--;
-      if (hole >= tail) break;
-      const last = moves[moves.length - 1];
-      if (last && last.src + last.len === tail && last.dst + last.len === hole) last.len++;
-      else moves.push({ src: tail, dst: hole, len: 1 });
-      hole++;
-      tail--;
-    }
-    return moves;
+    return planDefragMoves(this.cells, this.size);
   }
 
   /**
@@ -587,39 +591,6 @@ export class KvCache implements Disposable {
    * cells as if they ran. Run g before the next decode.
    */
   applyDefrag(g: Graph, moves: readonly DefragMove[]): Tensor[] {
-    const nodes: Tensor[] = [];
-    for (let il = 0; il < this.nLayer; il++) {
-      const k = this.kTensor(g, il), v = this.vTensor(g, il);
-      const rk = rowSize(this.typeK, this.nEmbdKGqa);
-      for (const m of moves) {
-        nodes.push(
-          g.cpy(
-            g.view(k, [this.nEmbdKGqa, m.len], [rk], m.src * rk),
-            g.view(k, [this.nEmbdKGqa, m.len], [rk], m.dst * rk),
-          ),
-        );
-        if (this.vTrans) {
-          const es = rowSize(this.typeV, 1), rs = rowSize(this.typeV, this.size);
-          nodes.push(
-            g.cpy(
-              g.view(v, [m.len, this.nEmbdVGqa], [rs], m.src * es),
-              g.view(v, [m.len, this.nEmbdVGqa], [rs], m.dst * es),
-            ),
-          );
-        } else {
-          const rv = rowSize(this.typeV, this.nEmbdVGqa);
-          nodes.push(
-            g.cpy(
-              g.view(v, [this.nEmbdVGqa, m.len], [rv], m.src * rv),
-              g.view(v, [this.nEmbdVGqa, m.len], [rv], m.dst * rv),
-            ),
-          );
-        }
-      }
-    }
-    for (const n of nodes) g.expand(n);
-    for (const m of moves) for (let k = 0; k < m.len; k++) this.cells.move(m.src + k, m.dst + k);
-    this.head = this.cells.used;
-    return nodes;
+    return applyDefragMoves(this, g, moves);
   }
 }

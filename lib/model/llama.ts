@@ -67,13 +67,20 @@ function attention(
   let q = withBias(g, g.mulMat(w.get(lw.wq), x), lw.bq && w.get(lw.bq));
   let k = withBias(g, g.mulMat(w.get(lw.wk), x), lw.bk && w.get(lw.bk));
   let v = cb(withBias(g, g.mulMat(w.get(lw.wv), x), lw.bv && w.get(lw.bv)), "Vcur", il);
+  // Node order only decides what the CPU backend may run without a barrier
+  // in between (nodes that share no written memory): the projections
+  // together, then rope(k) with the V store, then rope(q) with the K store
+  // (in this order, so that rope(q) does not reuse the memory the K store reads).
+  g.expand(q), g.expand(k), g.expand(v);
   q = g.reshape(q, [headDimK, nHead, n]);
   k = g.reshape(k, [headDimK, nHeadKv, n]);
   v = g.reshape(v, [headDimV, nHeadKv, n]);
   q = cb(g.rope(q, io.pos, rope), "Qcur", il);
   k = cb(g.rope(k, io.pos, rope), "Kcur", il);
-  kv.storeK(g, il, k, step.slot);
+  g.expand(k);
   kv.storeV(g, il, v, step.slot);
+  g.expand(q);
+  kv.storeK(g, il, k, step.slot);
 
   // Heads become the outer dimension so one mul_mat per head pair does q·k.
   const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead]

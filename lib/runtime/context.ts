@@ -78,6 +78,8 @@ export class Context implements Disposable {
   #splitter = new BatchSplitter();
   #mask = new Float32Array(0);
   #taps: ReadonlySet<string> | undefined;
+  // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
+  #last: { key: string; g: Graph; io: LlamaGraph } | null = null;
   /** Values of {@link ContextOptions.debugTaps} from the last graph run (ggml element order). */
   readonly lastTaps: Map<string, Float32Array> = new Map();
 
@@ -234,9 +236,22 @@ export class Context implements Disposable {
     const nKv = this.#kv.nKv();
     const outRows: number[] = [];
     ub.output.forEach((f, i) => f && outRows.push(i));
-    const { g, io } = this.#build({ nTokens: ub.nTokens, nOutputs: outRows.length, nKv, slot });
     const sched = this.#sched;
-    sched.alloc(g);
+    // A step shaped like the last one reuses its graph, plan and encoded
+    // nodes; only the inputs and the cells the keys and values land in change.
+    const key = `${ub.nTokens}/${outRows.length}/${nKv}`;
+    let last = this.#last?.key === key ? this.#last : null;
+    const moved = last && this.#kv.moveStores(last.g, slot);
+    if (moved) {
+      sched.update(moved);
+    } else {
+      last = null;
+      this.#last = null; // until the new plan is in place
+      const { g, io } = this.#build({ nTokens: ub.nTokens, nOutputs: outRows.length, nKv, slot });
+      sched.alloc(g);
+      last = this.#last = { key, g, io };
+    }
+    const io = last!.io;
     sched.setInput(io.tokens, ub.token!);
     sched.setInput(io.pos, ub.pos);
     if (this.#mask.length !== nKv * ub.nTokens) this.#mask = new Float32Array(nKv * ub.nTokens);
@@ -246,9 +261,10 @@ export class Context implements Disposable {
     await sched.compute(signal);
     this.lastTaps.clear();
     for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
-    const all = sched.read(io.logits);
+    const all = sched.read(io.logits); // a copy the caller may keep
+    if (outRows.length === 1) return [all];
     const nVocab = this.model.hparams.nVocab;
-    return outRows.map((_, r) => all.slice(r * nVocab, (r + 1) * nVocab));
+    return outRows.map((_, r) => all.subarray(r * nVocab, (r + 1) * nVocab));
   }
 
   /** Frees the cache, arenas and backends. */

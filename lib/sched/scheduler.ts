@@ -79,6 +79,8 @@ interface Plan {
   /** Offsets planned per backend (the same plan that gave `sizes`). */
   readonly offsets: Map<string, Map<Tensor | Copy, number>>;
   home: Map<Tensor, BufferRef>;
+  /** Where each tensor appears as a node or operand (built by the first update). */
+  uses?: Map<Tensor, Array<[Split, number]>>;
 }
 
 /** Runs graphs over several backends, given in priority order. */
@@ -147,6 +149,35 @@ export class Scheduler implements Disposable {
     this.#plan = plan;
   }
 
+  /**
+   * Re-resolve the nodes of the planned graph that use `moved` (tensors
+   * moved with {@link Graph.moveView} since {@link alloc}), keeping
+   * everything else: backend assignment, splits, arena placement. This is
+   * how a graph is reused for a step that differs only in where its copies
+   * land; backends see new node objects for exactly those nodes.
+   */
+  update(moved: readonly Tensor[]): void {
+    const plan = this.#plan;
+    if (!plan) throw new GraphError("update: call alloc(graph) first");
+    if (!plan.uses) {
+      plan.uses = new Map();
+      for (const s of plan.splits) {
+        s.nodes.forEach((n, i) => {
+          for (const t of [n, ...execSrc(n)]) {
+            const u = plan.uses!.get(t);
+            if (u) u.push([s, i]);
+            else plan.uses!.set(t, [[s, i]]);
+          }
+        });
+      }
+    }
+    for (const t of moved) {
+      const u = plan.uses.get(t);
+      if (!u) throw new GraphError(`update: ${t.describe()} is not used by the planned graph`);
+      for (const [s, i] of u) s.exec[i] = this.#execNode(plan, s, s.nodes[i]);
+    }
+  }
+
   /** Write an input's bytes (after {@link alloc}, before {@link compute}). */
   setInput(t: Tensor, data: ArrayBufferView): void {
     if (t.kind !== "input") throw new GraphError(`setInput: ${t.describe()} is not an input`);
@@ -191,6 +222,10 @@ export class Scheduler implements Disposable {
       throw new GraphError(`read: ${t.describe()} is not F32/F16`);
     }
     const bytes = loc.buffer.bytes;
+    if (t.type === GGMLType.F32 && LITTLE_ENDIAN && t.isContiguous) {
+      // One copy of the bytes, viewed as floats (logits: nVocab values per token).
+      return new Float32Array(bytes.slice(loc.offset, loc.offset + 4 * t.nelements).buffer);
+    }
     const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const out = new Float32Array(t.nelements);
     const [n0, n1, n2, n3] = t.ne;
@@ -426,28 +461,37 @@ export class Scheduler implements Disposable {
       }
     }
     plan.home = home;
-    const at = (r: Tensor): BufferRef => r.data ?? home.get(r)!;
     for (const s of plan.splits) {
-      for (const c of s.copies.values()) c.from = at(c.root);
-      const resolve = (t: Tensor): ResolvedTensor => {
-        const base = s.copies.get(t.root)?.to ?? at(t.root);
-        return {
-          type: t.type,
-          ne: t.ne,
-          nb: t.nb,
-          data: { buffer: base.buffer, offset: base.offset + t.viewOffset },
-        };
-      };
-      s.exec = s.nodes.map((n) => ({
-        op: n.op,
-        dst: resolve(n),
-        src: execSrc(n).map(resolve),
-        params: n.params,
-        name: n.name,
-      }));
+      for (const c of s.copies.values()) c.from = this.#at(plan, c.root);
+      s.exec = s.nodes.map((n) => this.#execNode(plan, s, n));
     }
   }
+
+  #at(plan: Plan, r: Tensor): BufferRef {
+    return r.data ?? plan.home.get(r)!;
+  }
+
+  #execNode(plan: Plan, s: Split, n: Tensor): ExecNode {
+    const resolve = (t: Tensor): ResolvedTensor => {
+      const base = s.copies.get(t.root)?.to ?? this.#at(plan, t.root);
+      return {
+        type: t.type,
+        ne: t.ne,
+        nb: t.nb,
+        data: { buffer: base.buffer, offset: base.offset + t.viewOffset },
+      };
+    };
+    return {
+      op: n.op,
+      dst: resolve(n),
+      src: execSrc(n).map(resolve),
+      params: n.params,
+      name: n.name,
+    };
+  }
 }
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 const DUMMY: BufferRef = {
   buffer: { backend: "", size: 0, bytes: new Uint8Array(0), ptr: null },

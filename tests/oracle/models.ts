@@ -7,7 +7,8 @@
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { LlamaFtype, loadOracle } from "./oracle.ts";
+import { Ftype } from "../../lib/quant/rules.ts";
+import { loadOracle } from "./oracle.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 /** ../shared, seen from the repository root. */
@@ -25,10 +26,10 @@ export const TINY_RANDOM: string = join(
 );
 
 /**
- * tolstoy-6m quantized by llama.cpp to `type` (a key of LlamaFtype, e.g.
+ * tolstoy-6m quantized by llama.cpp to `type` (a llama_ftype name, e.g.
  * "Q8_0"); made once and cached.
  */
-export async function tolstoyQuantized(type: keyof typeof LlamaFtype): Promise<string> {
+export async function tolstoyQuantized(type: keyof typeof Ftype): Promise<string> {
   const dir = join(ROOT, ".cache", "models");
   Deno.mkdirSync(dir, { recursive: true });
   const out = join(dir, `tolstoy-6m-${type.toLowerCase()}.gguf`);
@@ -39,7 +40,7 @@ export async function tolstoyQuantized(type: keyof typeof LlamaFtype): Promise<s
     // not made yet
   }
   const tmp = `${out}.${Deno.pid}.tmp`;
-  (await loadOracle()).quantize(TOLSTOY_F32, tmp, LlamaFtype[type]);
+  (await loadOracle()).quantize(TOLSTOY_F32, tmp, Ftype[type]);
   Deno.renameSync(tmp, out);
   return out;
 }
