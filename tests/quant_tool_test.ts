@@ -24,6 +24,7 @@ const PRESETS: [string, keyof typeof FTYPE][] = [
 for (const [ours, theirs] of PRESETS) {
   Deno.test(`quantize ${ours}: same tensors and bytes as llama.cpp, loads in llama.cpp`, async () => {
     const want = await llamaQuantized(theirs);
+    await Deno.mkdir(QUANT_DIR, { recursive: true });
     const out = `${QUANT_DIR}/tolstoy-6m-ours-${ours}.gguf`;
     let progress = 0;
     await quantizeModel(TOLSTOY_F32, out, ours, { onProgress: () => progress++ });
