@@ -9,7 +9,13 @@ import { openGGUF } from "../lib/gguf/mod.ts";
 import { quantizeModel } from "../lib/quant/quantize.ts";
 import { QUANT_PRESETS } from "../lib/quant/rules.ts";
 import { loadOracle } from "./oracle/oracle.ts";
-import { type FTYPE, llamaQuantized, QUANT_DIR, TOLSTOY_F32 } from "./quant_util.ts";
+import {
+  assertSameGreedy,
+  type FTYPE,
+  llamaQuantized,
+  QUANT_DIR,
+  TOLSTOY_F32,
+} from "./quant_util.ts";
 
 // All 11 presets were checked byte-identical by hand; CI keeps the mixes and a
 // legacy/K pair to stay fast.
@@ -46,5 +52,7 @@ for (const [ours, theirs] of PRESETS) {
     using c2 = m2.context({ nCtx: 128 });
     const prompt = m1.tokenize("The prince said that", { addSpecial: true });
     assert.deepEqual(c1.greedy(prompt, 16).tokens, c2.greedy(prompt, 16).tokens);
+    // and our engine's greedy tokens on our file equal llama.cpp's on it
+    await assertSameGreedy(out, `ours ${ours}`);
   });
 }
