@@ -145,6 +145,9 @@ export function loadLibrary(): Promise<NativeLibrary> {
       const sourcesHere = REPO_ROOT.startsWith("/") &&
         fileExists(`${REPO_ROOT}/kernels/Makefile`);
       if (readEnv("LLM_EDGE_LIB") || !sourcesHere || !compilerAvailable()) throw e;
+      console.error(
+        `llm-edge: ${LIB_NAME} is missing; building it from kernels/ (first run only) ...`,
+      );
       path = await buildNative({ verbose: false });
     }
     opened = open(path);

@@ -7,6 +7,7 @@
 import { GGUFError } from "./error.ts";
 import type { GGUFHeaderData, GGUFTensorInfo } from "./header.ts";
 import { mapFile, type MappedFile } from "./mmap.ts";
+import { loadLibrary } from "../../ffi/library.ts";
 import { readGGUF } from "./reader.ts";
 
 /** Keys llama.cpp's gguf-split writes into every split. */
@@ -116,7 +117,9 @@ export async function openGGUF(path: string): Promise<GGUFModelFile> {
   }
   const maps: MappedFile[] = [];
   try {
-    for (const p of paths) maps.push(mapFile(p));
+    // The async loader builds the native library on first use when needed.
+    const lib = await loadLibrary();
+    for (const p of paths) maps.push(mapFile(p, lib));
   } catch (e) {
     for (const mp of maps) mp[Symbol.dispose]();
     throw e;
