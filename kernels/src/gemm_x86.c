@@ -1,15 +1,15 @@
 /* Register-tiled dot products for mul_mat on AVX-512 VNNI: up to 4 weight
- * rows x 4 activation columns per call, so each weight block is unpacked
- * once per 4 columns and each activation block loaded once per 4 rows.
+ * rows x 4 activation columns per call, so each weight block is loaded once
+ * per 4 columns and each activation block once per 4 rows.
  *
- * Every output element goes through exactly the arithmetic of the type's
- * AVX-512 vec_dot (blocks in pairs in the two 256-bit halves, per-block
- * scale d_x*d_y rounded to float, fold, odd tail block, horizontal sum), so
- * tiles and single dots give the same bits. The int32 lane sums are formed
- * with vpdpbusd on an unsigned view of the weights: for q8_0 x+128, for
- * q4_0 the raw nibble, with the bias (128 or 8 times the lane sum of y)
- * preloaded into the accumulator; integer arithmetic, so exactly the lanes
- * the sign/maddubs/madd sequence gives.
+ * q8_0: every output element goes through exactly the arithmetic of ggml's
+ * 8-lane AVX2 q8_0 dot (the order llama.cpp runs on x86 for N = 1 and, via
+ * tinyBLAS_Q0_AVX, for N >= 2): per block, int32 lane sums, scale
+ * d_x*d_y rounded to float, one fma into an 8-lane accumulator, horizontal
+ * sum at the end. The lane sums are formed with vpdpbusd on x+128 with
+ * 128 times the lane sum of y preloaded as bias: integer arithmetic, so the
+ * same lanes the sign/maddubs/madd sequence gives. Two dots share one
+ * 512-bit register. (q4_0 has its own repack-order tiles in q_q4_0.c.)
  *
  * F32/F16 tiles follow llamafile tinyBLAS instead (llama.cpp uses it for
  * N >= 2); see tile_float. */
@@ -45,109 +45,25 @@ LE_TARGET_VNNI static inline __m512i pair_load(const int8_t *a, const int8_t *b)
                             _mm256_loadu_si256((const __m256i *)b), 1);
 }
 
-/* The 32 nibbles of a q4_0 block, unsigned 0..15, in element order. */
-LE_TARGET_VNNI static inline __m256i nib_u8(const uint8_t *qs) {
-  const __m128i t = _mm_loadu_si128((const __m128i *)qs);
-  const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
-}
-
-/* Weight rows of q8_0 (Q4 = 0) or q4_0 (Q4 = 1) against q8_0 columns. RM
- * and RN are compile-time constants after inlining. */
-LE_TARGET_VNNI static inline __attribute__((always_inline)) void
-tile(const int Q4, const int RM, const int RN, int64_t n, float *s, size_t bs, const void *vx,
-     size_t bx, const void *vy, size_t by) {
-  const int64_t nb = n / LE_QK;
-  const __m512i ones = _mm512_set1_epi8(1);
-  const __m512i flip = _mm512_set1_epi8((char)0x80);
-  const int shift = Q4 ? 3 : 7;
-  __m512 acc[4][4];
-#pragma GCC unroll 4
-  for (int r = 0; r < RM; r++)
-#pragma GCC unroll 4
-    for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 1 < nb; i += 2) {
-    __m512i xq[4];
-    __m512 xd[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) {
-      if (Q4) {
-        const le_block_q4_0 *x = (const le_block_q4_0 *)((const char *)vx + r * bx);
-        xq[r] = _mm512_inserti64x4(_mm512_castsi256_si512(nib_u8(x[i].qs)), nib_u8(x[i + 1].qs), 1);
-        xd[r] = pair_scale(x[i].d, x[i + 1].d);
-      } else {
-        const le_block_q8_0 *x = (const le_block_q8_0 *)((const char *)vx + r * bx);
-        xq[r] = _mm512_xor_si512(pair_load(x[i].qs, x[i + 1].qs), flip);
-        xd[r] = pair_scale(x[i].d, x[i + 1].d);
-      }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < RN; c++) {
-      const le_block_q8_0 *y = (const le_block_q8_0 *)((const char *)vy + c * by);
-      const __m512i yq = pair_load(y[i].qs, y[i + 1].qs);
-      const __m512 yd = pair_scale(y[i].d, y[i + 1].d);
-      const __m512i bias = _mm512_sub_epi32(
-          _mm512_setzero_si512(),
-          _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, yq), shift));
-#pragma GCC unroll 4
-      for (int r = 0; r < RM; r++) {
-        const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, xq[r], yq));
-        acc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(xd[r], yd), sum, acc[r][c]);
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < RM; r++) {
-#pragma GCC unroll 4
-    for (int c = 0; c < RN; c++) {
-      __m256 a = le_fold_ps512(acc[r][c]);
-      if (i < nb) { /* the odd last block, as the 256-bit tail of vec_dot */
-        const le_block_q8_0 *y = (const le_block_q8_0 *)((const char *)vy + c * by);
-        const __m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256i xq;
-        uint16_t xd;
-        if (Q4) {
-          const le_block_q4_0 *x = (const le_block_q4_0 *)((const char *)vx + r * bx);
-          xq = _mm256_sub_epi8(nib_u8(x[i].qs), _mm256_set1_epi8(8));
-          xd = x[i].d;
-        } else {
-          const le_block_q8_0 *x = (const le_block_q8_0 *)((const char *)vx + r * bx);
-          xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
-          xd = x[i].d;
-        }
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(xd) * _cvtsh_ss(y[i].d));
-        a = _mm256_fmadd_ps(d, le_mul_sum_i8_avx2(xq, yq), a);
-      }
-      s[c * bs + r] = le_hsum_ps256(a);
-    }
-  }
-}
-
 /* The same products in the 8-lane sequential form (one 256-bit accumulator
  * per dot, blocks in order: ggml's AVX2 dot, which the q8_0 trait uses at
  * every x86 level). Two dots share one 512-bit register: two columns when
  * RN is even, else two rows, so the unit still works at full width. */
-LE_TARGET_VNNI static inline __m512i load_x2(const int Q4, const void *x0, const void *x1,
-                                             int64_t i) {
-  if (Q4) {
-    const le_block_q4_0 *a = x0, *b = x1;
-    return _mm512_inserti64x4(_mm512_castsi256_si512(nib_u8(a[i].qs)), nib_u8(b[i].qs), 1);
-  }
+LE_TARGET_VNNI static inline __m512i load_x2(const void *x0, const void *x1, int64_t i) {
   const le_block_q8_0 *a = x0, *b = x1;
   return _mm512_xor_si512(pair_load(a[i].qs, b[i].qs), _mm512_set1_epi8((char)0x80));
 }
 
-LE_TARGET_VNNI static inline uint16_t x_scale(const int Q4, const void *x, int64_t i) {
-  return Q4 ? ((const le_block_q4_0 *)x)[i].d : ((const le_block_q8_0 *)x)[i].d;
+LE_TARGET_VNNI static inline uint16_t x_scale(const void *x, int64_t i) {
+  return ((const le_block_q8_0 *)x)[i].d;
 }
 
 LE_TARGET_VNNI static inline __attribute__((always_inline)) void
-tile_seq(const int Q4, const int RM, const int RN, int64_t n, float *s, size_t bs,
+tile_seq(const int RM, const int RN, int64_t n, float *s, size_t bs,
          const void *vx, size_t bx, const void *vy, size_t by) {
   const int64_t nb = n / LE_QK;
   const __m512i ones = _mm512_set1_epi8(1);
-  const int shift = Q4 ? 3 : 7;
+  const int shift = 7; /* bias: 128 times the lane sum of y */
   const int by_cols = RN % 2 == 0; /* else rows are paired (RM even) */
   const int NP = by_cols ? RM * (RN / 2) : (RM / 2) * RN;
   __m512 acc[8];
@@ -161,8 +77,8 @@ tile_seq(const int Q4, const int RM, const int RN, int64_t n, float *s, size_t b
       __m512 xd[4];
 #pragma GCC unroll 4
       for (int r = 0; r < RM; r++) {
-        xq[r] = load_x2(Q4, XR(r), XR(r), i);
-        xd[r] = _mm512_set1_ps(_cvtsh_ss(x_scale(Q4, XR(r), i)));
+        xq[r] = load_x2(XR(r), XR(r), i);
+        xd[r] = _mm512_set1_ps(_cvtsh_ss(x_scale(XR(r), i)));
       }
 #pragma GCC unroll 2
       for (int cp = 0; cp < RN / 2; cp++) {
@@ -190,8 +106,8 @@ tile_seq(const int Q4, const int RM, const int RN, int64_t n, float *s, size_t b
             _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, yq), shift));
 #pragma GCC unroll 2
         for (int rp = 0; rp < RM / 2; rp++) {
-          const __m512i xq = load_x2(Q4, XR(2 * rp), XR(2 * rp + 1), i);
-          const __m512 xd = pair_scale(x_scale(Q4, XR(2 * rp), i), x_scale(Q4, XR(2 * rp + 1), i));
+          const __m512i xq = load_x2(XR(2 * rp), XR(2 * rp + 1), i);
+          const __m512 xd = pair_scale(x_scale(XR(2 * rp), i), x_scale(XR(2 * rp + 1), i));
           const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, xq, yq));
           __m512 *a = &acc[c * (RM / 2) + rp];
           *a = _mm512_fmadd_ps(_mm512_mul_ps(xd, yd), sum, *a);
@@ -221,53 +137,31 @@ tile_seq(const int Q4, const int RM, const int RN, int64_t n, float *s, size_t b
 }
 
 /* One dot in the sequential form, 256 bits wide. */
-LE_TARGET_VNNI static void seq_1x1(const int Q4, int64_t n, float *s, const void *vx,
-                                   const void *vy) {
-  const le_block_q8_0 *y = vy;
+LE_TARGET_VNNI static void seq_1x1(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q8_0 *x = vx, *y = vy;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / LE_QK; i++) {
-    __m256i xq;
-    if (Q4) xq = _mm256_sub_epi8(nib_u8(((const le_block_q4_0 *)vx)[i].qs), _mm256_set1_epi8(8));
-    else xq = _mm256_loadu_si256((const __m256i *)((const le_block_q8_0 *)vx)[i].qs);
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(x_scale(Q4, vx, i)) * _cvtsh_ss(y[i].d));
+    const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d));
     acc = _mm256_fmadd_ps(
         d, le_mul_sum_i8_avx2(xq, _mm256_loadu_si256((const __m256i *)y[i].qs)), acc);
   }
   *s = le_hsum_ps256(acc);
 }
 
-#define TILE_FN(name, Q4, RM, RN)                                                          \
+#define SEQ_FN(name, RM, RN)                                                               \
   LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
                                   const void *y, size_t by) {                              \
-    tile(Q4, RM, RN, n, s, bs, x, bx, y, by);                                              \
+    tile_seq(RM, RN, n, s, bs, x, bx, y, by);                                              \
   }
-#define SEQ_FN(name, Q4, RM, RN)                                                           \
-  LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
-                                  const void *y, size_t by) {                              \
-    tile_seq(Q4, RM, RN, n, s, bs, x, bx, y, by);                                          \
-  }
-#define SEQ1_FN(name, Q4)                                                                  \
-  LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
-                                  const void *y, size_t by) {                              \
-    seq_1x1(Q4, n, s, x, y);                                                               \
-  }
-
-TILE_FN(q8_4x4, 0, 4, 4)
-TILE_FN(q8_4x1, 0, 4, 1)
-TILE_FN(q8_1x4, 0, 1, 4)
-TILE_FN(q8_1x1, 0, 1, 1)
-TILE_FN(q4_4x4, 1, 4, 4)
-TILE_FN(q4_4x1, 1, 4, 1)
-TILE_FN(q4_1x4, 1, 1, 4)
-TILE_FN(q4_1x1, 1, 1, 1)
-SEQ_FN(q8s_4x4, 0, 4, 4)
-SEQ_FN(q8s_4x1, 0, 4, 1)
-SEQ_FN(q8s_1x4, 0, 1, 4)
-SEQ1_FN(q8s_1x1, 0)
-SEQ_FN(q4s_4x4, 1, 4, 4)
-SEQ_FN(q4s_4x1, 1, 4, 1)
-SEQ_FN(q4s_1x4, 1, 1, 4)
-SEQ1_FN(q4s_1x1, 1)
+LE_TARGET_VNNI static void q8s_1x1(int64_t n, float *s, size_t bs, const void *x, size_t bx,
+                                   const void *y, size_t by) {
+  (void)bs, (void)bx, (void)by;
+  seq_1x1(n, s, x, y);
+}
+SEQ_FN(q8s_4x4, 4, 4)
+SEQ_FN(q8s_4x1, 4, 1)
+SEQ_FN(q8s_1x4, 1, 4)
 
 /* F32 and F16 weights for N >= 2 in llamafile's tinyBLAS<16, __m512> order:
  * one 16-lane accumulator per output, acc = fma(a[l..l+16], b[l..l+16], acc)
@@ -321,14 +215,8 @@ static const le_gemm_tiles sgemm_f16 = {
 static const le_gemm_tiles sgemm_f32 = {
     .t44 = f32_4x4, .t41 = f32_4x1, .t14 = f32_1x4, .t11 = f32_1x1};
 
-static const le_gemm_tiles tiles_q8_0 = {
-    .t44 = q8_4x4, .t41 = q8_4x1, .t14 = q8_1x4, .t11 = q8_1x1};
-static const le_gemm_tiles tiles_q4_0 = {
-    .t44 = q4_4x4, .t41 = q4_4x1, .t14 = q4_1x4, .t11 = q4_1x1};
 static const le_gemm_tiles seq_q8_0 = {
     .t44 = q8s_4x4, .t41 = q8s_4x1, .t14 = q8s_1x4, .t11 = q8s_1x1};
-static const le_gemm_tiles seq_q4_0 = {
-    .t44 = q4s_4x4, .t41 = q4s_4x1, .t14 = q4s_1x4, .t11 = q4s_1x1};
 #endif
 
 const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas) {
@@ -337,13 +225,11 @@ const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas) {
   if (tinyblas && type == LE_TYPE_F16) return &sgemm_f16;
   if (tinyblas && type == LE_TYPE_F32) return &sgemm_f32;
   if (!has_vnni()) return NULL;
-  /* Follow the vec_dot in effect: when the AVX-512 entry is the AVX2 dot,
-   * sums are 8-lane sequential (also tinyBLAS_Q0_AVX's order for N >= 2),
-   * otherwise blocks are paired. */
+  /* Only when q8_0's AVX-512 dot is ggml's 8-lane AVX2 form (llama.cpp's
+   * order, also tinyBLAS_Q0_AVX's for N >= 2) do these tiles give its bits. */
   const le_type_traits *t = le_traits(type);
   const int seq = t && t->vec_dot[LE_SIMD_AVX512] == t->vec_dot[LE_SIMD_AVX2];
-  if (type == LE_TYPE_Q8_0) return seq ? &seq_q8_0 : &tiles_q8_0;
-  if (type == LE_TYPE_Q4_0) return seq ? &seq_q4_0 : &tiles_q4_0;
+  if (type == LE_TYPE_Q8_0 && seq) return &seq_q8_0;
 #else
   (void)type;
   (void)tinyblas;

@@ -88,7 +88,7 @@ extern const le_type_traits le_traits_f32, le_traits_f16, le_traits_bf16, le_tra
 
 const le_type_traits *le_traits(int32_t type);
 le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
-/* Built-in AVX-512 tiles (gemm_x86.c), or NULL: q8_0/q4_0 in their vec_dot
+/* Built-in AVX-512 tiles (gemm_x86.c), or NULL: q8_0 in its vec_dot
  * order (needs VNNI); with tinyblas set, F32/F16 in llamafile tinyBLAS order
  * (for N >= 2, K % 16 == 0, M % 4 == 0 only, as llama.cpp). */
 const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas);
