@@ -10,17 +10,7 @@ import { GGUFValueType, openGGUF } from "../lib/gguf/mod.ts";
 import { type Llama2cConfig, Llama2cError, parseLlama2cConfig } from "../lib/gguf/llama2c.ts";
 import { main as convertMain } from "../lib/cli/convert.ts";
 import { loadOracle, top2 } from "./oracle/oracle.ts";
-
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as rng } from "./rng.ts";
 
 /** run.c's TransformerWeights, as plain arrays. */
 interface Weights {

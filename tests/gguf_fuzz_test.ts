@@ -17,18 +17,7 @@ import {
 } from "../lib/gguf/mod.ts";
 import { oracleAccepts } from "./oracle/oracle_gguf.ts";
 import { tempFile, TOLSTOY } from "./gguf_util.ts";
-
-/** mulberry32: small, seeded, good enough to pick mutations. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as rng } from "./rng.ts";
 
 /** Shrinks an array value to its first n items. */
 function head(a: GGUFArray, n: number): GGUFArray {

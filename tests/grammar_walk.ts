@@ -5,18 +5,8 @@
  */
 import { CompiledGrammar, GrammarState } from "../lib/grammar/matcher.ts";
 import { GreType, parseGrammar } from "../lib/grammar/parser.ts";
-
-/** mulberry32: a small seeded generator for test data. */
-export function rand(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as rand } from "./rng.ts";
+export { rand };
 
 /** Characters used for negated classes, `.` and insertions. */
 export const POOL: number[] = [

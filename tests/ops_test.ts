@@ -17,19 +17,10 @@ import {
 } from "../lib/backend/ref_quants.ts";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
+import { mulberry32 as rng } from "./rng.ts";
 
 const { F32, F16, BF16, Q8_0, Q4_0, I32 } = GGMLType;
 const lib = await loadLibrary();
-
-// deterministic PRNG (mulberry32) so failures reproduce
-function rng(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A tensor spec: bytes to upload plus layout; `view` lets nb/offset differ from contiguous. */
 interface Spec {

@@ -23,18 +23,7 @@ import {
 } from "../lib/sample/samplers.ts";
 import { SamplerChain, samplerChainFromOptions } from "../lib/sample/chain.ts";
 import { loadSamplingOracle, type OracleSamplerSpec } from "./oracle/oracle_sample.ts";
-
-/** Test data generator independent of the code under test (mulberry32 + Box-Muller). */
-function rand(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as rand } from "./rng.ts";
 
 function randomLogits(n: number, r: () => number, scale = 3): Float32Array {
   const out = new Float32Array(n);

@@ -6,6 +6,8 @@
  */
 import { readGGUF } from "../lib/gguf/mod.ts";
 import { Tokenizer } from "../lib/tokenizer/mod.ts";
+import { mulberry32 as rng } from "./rng.ts";
+export { rng };
 
 /** ../shared/fixtures/vocab, relative to the repository root. */
 export const VOCAB_DIR = new URL("../../shared/fixtures/vocab/", import.meta.url).pathname;
@@ -22,18 +24,6 @@ export function vocabFiles(): string[] {
 /** Loads our tokenizer for a GGUF file. */
 export async function loadTokenizer(path: string): Promise<Tokenizer> {
   return Tokenizer.fromGGUF(await readGGUF(path));
-}
-
-/** mulberry32: a small seeded PRNG returning [0, 1). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const WORDS = [

@@ -1,0 +1,18 @@
+/**
+ * The seeded generator test data is drawn from (mulberry32), shared by the
+ * tests so that failures reproduce and the generator lives in one place.
+ *
+ * @module
+ */
+
+/** mulberry32: a small seeded PRNG returning numbers in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
