@@ -17,6 +17,10 @@
  * @module
  */
 
+// option checks: every public entry point throws OptionError for a bad option
+export { OptionError } from "./lib/options.ts";
+export { SamplingError } from "./lib/sample/options.ts";
+
 // models and contexts
 export { type LoadOptions, Model } from "./lib/model/model.ts";
 export { type HParams, ModelError, readHParams, type RopeParams } from "./lib/model/hparams.ts";

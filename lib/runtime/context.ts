@@ -17,6 +17,7 @@ import { buildLlamaGraph, type LlamaGraph } from "../model/llama.ts";
 import type { Model } from "../model/model.ts";
 import { WeightLeaves } from "../model/weights.ts";
 import { Scheduler } from "../sched/scheduler.ts";
+import { validateContextOptions, validateDecode } from "./options.ts";
 
 /** Options of {@link Context.create}. */
 export interface ContextOptions {
@@ -126,6 +127,7 @@ export class Context implements Disposable {
 
   /** Creates a context for `model`. */
   static async create(model: Model, options: ContextOptions = {}): Promise<Context> {
+    validateContextOptions(model.hparams, options);
     const hp = model.hparams;
     const want = options.nCtx ?? Math.min(hp.nCtxTrain, 4096);
     if (!Number.isInteger(want) || want <= 0) {
@@ -201,6 +203,7 @@ export class Context implements Disposable {
     tokens: ArrayLike<number>,
     opts: { allLogits?: boolean; signal?: AbortSignal } = {},
   ): Promise<DecodeResult> {
+    validateDecode(this, tokens, opts);
     const n = tokens.length;
     if (n === 0) throw new ContextError("decode: no tokens");
     const hp = this.model.hparams;

@@ -13,13 +13,15 @@ import {
   samplerChainFromOptions,
   type SamplingOptions,
 } from "../sample/chain.ts";
+import { validateGenerateOptions } from "../sample/options.ts";
 import { StreamDecoder } from "../tokenizer/mod.ts";
+import { OptionError } from "../options.ts";
 import { Context, type ContextOptions } from "./context.ts";
 
 /** Options of {@link generate}. */
 export interface GenerateOptions
   extends Omit<SamplingOptions, "nVocab" | "grammar" | "pieces" | "eogTokens"> {
-  /** Tokens to generate at most (default 128). */
+  /** Tokens to generate at most (default 128; -1 or Infinity: until end of generation or a full context). */
   maxTokens?: number;
   /** Add BOS/EOS as the model asks when tokenizing the prompt (default true). */
   addSpecial?: boolean;
@@ -73,6 +75,7 @@ export interface GenerateResult {
 
 /** Builds the sampler chain `opts` describe for `ctx`'s model. */
 export function samplerFor(ctx: Context, opts: GenerateOptions = {}): SamplerChain {
+  validateGenerateOptions(opts, "samplerFor");
   const tok = ctx.model.tokenizer;
   let grammar = opts.grammar;
   if (opts.jsonSchema !== undefined) grammar = jsonSchemaToGrammar(opts.jsonSchema);
@@ -98,8 +101,11 @@ export async function* generate(
   prompt: string,
   opts: GenerateOptions = {},
 ): AsyncGenerator<GeneratedToken, GenerateResult, undefined> {
+  if (typeof prompt !== "string") throw new OptionError("generate", "prompt", prompt, "a string");
+  validateGenerateOptions(opts);
   const tok = ctx.model.tokenizer;
-  const maxTokens = opts.maxTokens ?? 128;
+  // -1 is llama.cpp's "until end of generation or a full context".
+  const maxTokens = opts.maxTokens === -1 ? Infinity : opts.maxTokens ?? 128;
   const chain = samplerFor(ctx, opts);
   const stream = new StreamDecoder(tok, { special: opts.special });
   const promptIds = tok.encode(prompt, {

@@ -25,6 +25,7 @@ import {
   TypicalSampler,
 } from "./samplers.ts";
 import { GrammarSampler, type GrammarVocabIndex } from "../grammar/sampler.ts";
+import { SamplingError, validateSamplingOptions } from "./options.ts";
 
 /** What a chain needs from a grammar constraint (GrammarSampler implements it). */
 export interface GrammarConstraint {
@@ -87,12 +88,12 @@ export class SamplerChain {
     const g = this.grammar;
     if (g && this.grammarFirst) g.apply(c);
     this.applyTo(c);
-    const id = c.selectedToken();
+    const id = picked(c, g && this.grammarFirst ? "grammar" : "logit-bias");
     if (!g || this.grammarFirst || g.allows(id)) return id;
     c = this.#load(logits);
     g.apply(c);
     this.applyTo(c);
-    return c.selectedToken();
+    return picked(c, "grammar");
   }
 
   /**
@@ -110,6 +111,24 @@ export class SamplerChain {
     this.grammar?.reset();
     for (const s of this.samplers) s.reset?.();
   }
+}
+
+/**
+ * The selected token, unless its logit is -inf: every selector prefers a
+ * finite logit, so that means the biases or the grammar banned every
+ * candidate and the pick is arbitrary (llama.cpp would repeat one token).
+ */
+function picked(c: TokenCandidates, reason: "grammar" | "logit-bias"): number {
+  const id = c.selectedToken();
+  if (c.logits[c.selected] === -Infinity) {
+    throw new SamplingError(
+      reason,
+      reason === "grammar"
+        ? "sample: the grammar admits no token here (with the logit biases applied)"
+        : "sample: the logit biases leave no token with a finite logit",
+    );
+  }
+  return id;
 }
 
 /** User-facing sampling options (llama.cpp's common_params_sampling names in camelCase). */
@@ -193,6 +212,7 @@ class NewlineExemptPenalties implements Sampler {
 
 /** Builds llama.cpp's default chain from options (common_sampler_init). */
 export function samplerChainFromOptions(o: SamplingOptions): SamplerChain {
+  validateSamplingOptions(o as unknown as Record<string, unknown>);
   const seed = o.seed ?? DEFAULT_SEED;
   const temp = o.temperature ?? 0.8;
   const minKeep = o.minKeep ?? 0;

@@ -1,0 +1,78 @@
+/**
+ * Checks of the options {@link Context.create}, {@link Context.decode} and
+ * {@link Model.load} take, run at the top of each so that a bad value is an
+ * {@link OptionError} naming it instead of a silent default (`kvType:
+ * "q8_0"` built as f16) or a failure deep inside the graph.
+ *
+ * @module
+ */
+import { checkTokenIds, OptionChecker } from "../options.ts";
+import type { Context, ContextOptions } from "./context.ts";
+import type { HParams } from "../model/hparams.ts";
+
+/** The KV cache types contexts build. */
+export const KV_TYPES = ["f16", "f32"] as const;
+
+const CONTEXT_KEYS = ["nCtx", "nBatch", "threads", "kvType", "backend", "debugTaps"] as const;
+const INT32_MAX = 2 ** 31 - 1;
+
+/** Throws an OptionError for the first invalid field of `o` (for a model of shape `hp`). */
+export function validateContextOptions(hp: HParams, o: ContextOptions | undefined): void {
+  const c = new OptionChecker("Context.create");
+  c.object(o, CONTEXT_KEYS);
+  if (!o) return;
+  c.int("nCtx", o.nCtx, 1, INT32_MAX);
+  c.int("nBatch", o.nBatch, 1, INT32_MAX);
+  c.int("threads", o.threads, 1, 512);
+  if (o.kvType !== undefined && !(KV_TYPES as readonly unknown[]).includes(o.kvType)) {
+    // q8_0/q4_0 caches need a non-transposed V, i.e. flash attention, which
+    // the graph does not have yet; building them as f16 would hide that.
+    c.fail(
+      "kvType",
+      o.kvType,
+      `"f16", "f32" (quantized KV caches need flash attention, not implemented)`,
+    );
+  }
+  const b = o.backend as unknown;
+  if (b !== undefined && b !== "cpu" && b !== "ref") {
+    const split = typeof b === "object" && b !== null && !Array.isArray(b) &&
+      Object.keys(b).length === 1 && "cpuLayers" in b;
+    const k = split ? (b as { cpuLayers: unknown }).cpuLayers : undefined;
+    if (!split || typeof k !== "number" || !Number.isInteger(k) || k < 0 || k > hp.nLayer) {
+      c.fail("backend", b, `"cpu", "ref" or { cpuLayers: 0..${hp.nLayer} }`);
+    }
+  }
+  if (o.debugTaps !== undefined) {
+    if (!Array.isArray(o.debugTaps) || o.debugTaps.some((t) => typeof t !== "string")) {
+      c.fail("debugTaps", o.debugTaps, "an array of tensor names");
+    }
+  }
+}
+
+/** Throws an OptionError for invalid {@link Context.decode} input. */
+export function validateDecode(
+  ctx: Context,
+  tokens: ArrayLike<number>,
+  opts: { allLogits?: boolean; signal?: AbortSignal } | undefined,
+): void {
+  const c = new OptionChecker("Context.decode");
+  c.object(opts, ["allLogits", "signal"]);
+  c.bool("allLogits", opts?.allLogits);
+  if (opts?.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+    c.fail("signal", opts.signal, "an AbortSignal");
+  }
+  checkTokenIds("Context.decode", tokens, ctx.model.hparams.nVocab);
+}
+
+/** What {@link Model.load} checks: metadata, types and shapes; "data" also scans weights. */
+export const LOAD_VALIDATE = ["metadata", "data"] as const;
+
+/** Throws an OptionError for invalid {@link Model.load} options. */
+export function validateLoadOptions(path: unknown, o: unknown): void {
+  const c = new OptionChecker("Model.load");
+  if (typeof path !== "string" || path === "") c.fail("path", path, "a file path");
+  c.object(o, ["onProgress", "validate"]);
+  const opts = o as { onProgress?: unknown; validate?: unknown } | undefined;
+  c.fn("onProgress", opts?.onProgress);
+  c.oneOf("validate", opts?.validate, LOAD_VALIDATE);
+}
