@@ -114,12 +114,26 @@ export function readHParams(header: GGUFHeader): HParams {
   const nCtxTrain = scalarOrFirst(header, k("context_length"));
   const tokens = header.strings("tokenizer.ggml.tokens");
   const nVocab = scalarOrFirst(header, k("vocab_size"), tokens?.length ?? 0);
-  if (nHead <= 0 || nEmbd % nHead !== 0) {
+  for (const [key, v] of [["embedding_length", nEmbd], ["attention.head_count", nHead]] as const) {
+    if (!Number.isSafeInteger(v) || v <= 0) {
+      throw new ModelError(
+        `${header.path}: ${k(key)} = ${v} is invalid: expected a positive integer`,
+      );
+    }
+  }
+  if (!Number.isSafeInteger(nHeadKv) || nHeadKv <= 0) {
+    throw new ModelError(
+      `${header.path}: ${
+        k("attention.head_count_kv")
+      } = ${nHeadKv} is invalid: expected a positive integer`,
+    );
+  }
+  if (nEmbd % nHead !== 0) {
     throw new ModelError(
       `${header.path}: embedding_length ${nEmbd} is not a multiple of head_count ${nHead}`,
     );
   }
-  if (nHeadKv <= 0 || nHead % nHeadKv !== 0) {
+  if (nHead % nHeadKv !== 0) {
     throw new ModelError(
       `${header.path}: head_count ${nHead} is not a multiple of head_count_kv ${nHeadKv}`,
     );

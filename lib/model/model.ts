@@ -6,13 +6,21 @@
  */
 import { type GGUFModelFile, openGGUF } from "../gguf/mod.ts";
 import { Tokenizer } from "../tokenizer/mod.ts";
-import { type HParams, ModelError, readHParams, SUPPORTED_ARCHS } from "./hparams.ts";
+import type { HParams } from "./hparams.ts";
+import { checkedHParams, validateModel } from "./validate.ts";
+import { validateLoadOptions } from "../runtime/options.ts";
 import { type LlamaWeights, mapLlamaWeights } from "./weights.ts";
 
 /** Options of {@link Model.load}. */
 export interface LoadOptions {
   /** Called with a short message at each loading stage. */
   onProgress?: (stage: string) => void;
+  /**
+   * What to check beyond the header: "metadata" (default) checks
+   * hyper-parameters, weight types and shapes; "data" also reads every
+   * weight and rejects NaN/Inf (llama.cpp's `--check-tensors`).
+   */
+  validate?: "metadata" | "data";
 }
 
 /** A model ready for contexts. Dispose it to unmap the file. */
@@ -40,20 +48,15 @@ export class Model implements Disposable {
 
   /** Opens, maps and checks a GGUF model. */
   static async load(path: string, options: LoadOptions = {}): Promise<Model> {
+    validateLoadOptions(path, options);
     const say = options.onProgress ?? (() => {});
     say(`reading ${path}`);
     const file = await openGGUF(path);
     try {
-      const hp = readHParams(file.header);
-      if (!(SUPPORTED_ARCHS as readonly string[]).includes(hp.arch)) {
-        throw new ModelError(
-          `${path}: architecture "${hp.arch}" is not supported (supported: ${
-            SUPPORTED_ARCHS.join(", ")
-          })`,
-        );
-      }
+      const hp = checkedHParams(file.header);
       say(`mapping ${file.header.tensors.length} tensors`);
       const weights = mapLlamaWeights(file, hp);
+      validateModel(file, weights, options);
       say("building tokenizer");
       const tokenizer = Tokenizer.fromGGUF(file.header);
       return new Model(file, hp, weights, tokenizer);
