@@ -16,7 +16,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { flag, runCommand, UsageError } from "./args.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 
@@ -142,7 +142,7 @@ async function runChild(
     stdout: "piped",
     stderr: "inherit",
   }).output();
-  if (!out.success) throw new Error(`bench: ${engine} child failed on ${model}`);
+  if (!out.success) throw new Error(`${engine} child failed on ${model}`);
   const lines = new TextDecoder().decode(out.stdout).trim().split("\n");
   return JSON.parse(lines[lines.length - 1]);
 }
@@ -193,25 +193,71 @@ const FTYPES: Record<string, string> = {
   q5_1: "Q5_1",
 };
 
+const SPEC = {
+  name: "bench",
+  summary: "Benchmarks llm-edge next to llama.cpp (pp/tg tokens/s, peak RSS, load time), " +
+    "then tokenizer and sampler costs. Needs the llama.cpp oracle (tests/oracle).",
+  flags: {
+    model: flag.string({
+      short: "m",
+      value: "FILE",
+      defaultText: "a random 125M llama written to .cache/bench",
+      description: "GGUF model to benchmark",
+    }),
+    threads: flag.int({
+      short: "t",
+      min: 1,
+      max: 512,
+      defaultText: "physical cores",
+      description: "threads for both engines",
+    }),
+    pp: flag.int({ min: 1, default: 512, description: "prompt tokens per prompt-processing run" }),
+    tg: flag.int({ min: 1, default: 128, description: "tokens per generation run" }),
+    reps: flag.int({ min: 1, default: 3, description: "repetitions per engine (medians kept)" }),
+    types: flag.string({
+      value: "LIST",
+      description: `also quantize the model to these types and bench each (${
+        Object.keys(FTYPES).join(",")
+      })`,
+    }),
+    child: flag.choice(["llm-edge", "llama.cpp"], {
+      description: "internal: run one engine and print JSON",
+    }),
+    "no-tokenizer": flag.boolean({ description: "skip the tokenizer speed table" }),
+    "no-sampling": flag.boolean({ description: "skip the sampling cost table" }),
+  },
+};
+
 /** Runs the CLI; returns the exit code. */
-export async function main(args: string[]): Promise<number> {
-  const { values: a } = parseArgs({
-    args,
-    options: {
-      model: { type: "string", short: "m" },
-      threads: { type: "string", short: "t" },
-      pp: { type: "string" },
-      tg: { type: "string" },
-      reps: { type: "string" },
-      types: { type: "string" },
-      child: { type: "string" },
-      "no-tokenizer": { type: "boolean" },
-      "no-sampling": { type: "boolean" },
-    },
+export function main(args: string[]): Promise<number> {
+  return runCommand(SPEC, args, async ({ values: a }) => {
+    const types = a.types?.split(",") ?? [];
+    for (const t of types) {
+      if (!(t in FTYPES)) {
+        throw new UsageError(`--types: unknown type '${t}' (known: ${Object.keys(FTYPES)})`);
+      }
+    }
+    if (a.child && !a.model) throw new UsageError("--child needs --model");
+    return await run(a, types);
   });
-  const pp = Number(a.pp ?? 512), tg = Number(a.tg ?? 128), reps = Number(a.reps ?? 3);
+}
+
+async function run(
+  a: {
+    model?: string;
+    threads?: number;
+    pp: number;
+    tg: number;
+    reps: number;
+    child?: string;
+    "no-tokenizer": boolean;
+    "no-sampling": boolean;
+  },
+  types: string[],
+): Promise<number> {
+  const { pp, tg, reps } = a;
   const { physicalCores } = await import("../backend/cpu.ts");
-  const threads = Number(a.threads ?? physicalCores());
+  const threads = a.threads ?? physicalCores();
   if (a.child) {
     const r = a.child === "llm-edge"
       ? await childOurs(a.model!, threads, pp, tg, reps)
@@ -236,15 +282,12 @@ export async function main(args: string[]): Promise<number> {
     }
   }
   await benchFile(model, threads, pp, tg, reps);
-  if (a.types) {
+  if (types.length) {
     const { loadOracle } = await import("../../tests/oracle/oracle.ts");
     const oracle = await loadOracle();
     const { LlamaFtype } = await import("../../tests/oracle/oracle.ts");
-    for (const t of a.types.split(",")) {
-      const key = FTYPES[t] as keyof typeof LlamaFtype | undefined;
-      if (!key) {
-        throw new Error(`bench: --types: unknown type ${t} (known: ${Object.keys(FTYPES)})`);
-      }
+    for (const t of types) {
+      const key = FTYPES[t] as keyof typeof LlamaFtype;
       const out = model.replace(/\.gguf$/, `-${t}.gguf`);
       try {
         Deno.statSync(out);
@@ -291,11 +334,4 @@ export async function main(args: string[]): Promise<number> {
   return 0;
 }
 
-if (import.meta.main) {
-  try {
-    Deno.exit(await main(Deno.args));
-  } catch (e) {
-    console.error(`bench: ${e instanceof Error ? e.message : e}`);
-    Deno.exit(1);
-  }
-}
+if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -4,42 +4,36 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
-import { convertLlama2c } from "../gguf/llama2c.ts";
+import { flag, runCommand, UsageError } from "./args.ts";
 
-const USAGE = "usage: deno task convert --llama2c MODEL.bin TOKENIZER.bin OUT.gguf [--name NAME]";
+const SPEC = {
+  name: "convert",
+  summary: "Imports a llama2.c checkpoint and its tokenizer into one GGUF file.",
+  positionals: [
+    { name: "MODEL.bin", description: "llama2.c checkpoint" },
+    { name: "TOKENIZER.bin", description: "llama2.c tokenizer" },
+    { name: "OUT.gguf", description: "file to write" },
+  ],
+  flags: {
+    llama2c: flag.boolean({ description: "the input is a llama2.c checkpoint (required)" }),
+    name: flag.string({ description: "general.name to write" }),
+  },
+  notes: ["Exit codes: 0, 1 unreadable or invalid input, 2 usage."],
+};
 
 /** Runs the CLI with `args`; returns the exit code. */
-export async function main(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    options: {
-      llama2c: { type: "boolean" },
-      name: { type: "string" },
-      help: { type: "boolean", short: "h" },
-    },
-    allowPositionals: true,
-  });
-  if (values.help) {
-    console.log(USAGE);
-    return 0;
-  }
-  if (!values.llama2c || positionals.length !== 3) {
-    console.error(USAGE);
-    return 2;
-  }
-  const [model, tokenizer, out] = positionals;
-  try {
+export function main(args: string[]): Promise<number> {
+  return runCommand(SPEC, args, async ({ values, positionals }) => {
+    if (!values.llama2c) throw new UsageError("--llama2c is required (the only input format)");
+    const [model, tokenizer, out] = positionals;
+    const { convertLlama2c } = await import("../gguf/llama2c.ts");
     const c = await convertLlama2c({ model, tokenizer, out, name: values.name });
     console.log(
       `${out}: llama, ${c.nLayers} layers, dim ${c.dim}, ${c.nHeads} heads (${c.nKvHeads} kv), ` +
         `vocab ${c.vocabSize}, ${c.sharedClassifier ? "shared" : "separate"} classifier`,
     );
     return 0;
-  } catch (e) {
-    console.error(`convert: ${e instanceof Error ? e.message : e}`);
-    return 1;
-  }
+  });
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));

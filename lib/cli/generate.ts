@@ -1,180 +1,262 @@
 /**
  * `deno task generate`: streams a continuation of a prompt.
  *
- *   deno task generate [--model FILE] [--prompt TEXT] [-n N] [--temp T]
- *     [--top-k K] [--top-p P] [--min-p P] [--typical P] [--seed S]
- *     [--threads T] [--ctx N] [--format text|json] [--repeat-penalty R]
- *     [--repeat-last-n N] [--frequency-penalty F] [--presence-penalty P]
- *     [--mirostat 1|2] [--mirostat-tau T] [--mirostat-eta E]
- *     [--grammar-file F] [--json-schema F] [--cfg-negative-prompt TEXT]
- *     [--cfg-scale S] [--backend cpu|ref]
+ *   deno task generate [--model FILE] [--prompt TEXT] [-n N] [--temp T] ...
  *
- * Text mode streams the generated text on stdout and load/prompt/generation
+ * (`--help` lists every flag with its default and range.) Text mode streams
+ * the prompt and the generated text on stdout and load/prompt/generation
  * speeds on stderr; json mode prints one object
  * `{"tokens":[...],"text":"...","timings":{"prompt_tps":…,"gen_tps":…}}`.
  *
+ * Every flag, the grammar and the JSON schema are checked before the model
+ * loads; the prompt is echoed only once the first token is sampled, so an
+ * error is never glued onto it.
+ *
  * @module
  */
-import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
-import { Model } from "../model/model.ts";
-import { Context } from "../runtime/context.ts";
-import { generate, type GenerateOptions, type GenerateResult } from "../runtime/generate.ts";
+import { flag, runCommand, UsageError } from "./args.ts";
 
 /** The embedded default model, used when --model is not given. */
 export const DEFAULT_MODEL: string = fileURLToPath(
   new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url),
 );
 
-const USAGE =
-  `usage: deno task generate [--model FILE] [--prompt TEXT] [-n N] [--temp T] [--top-k K]
-  [--top-p P] [--min-p P] [--typical P] [--seed S] [--threads T] [--ctx N] [--format text|json]
-  [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F] [--presence-penalty P]
-  [--mirostat 1|2] [--mirostat-tau T] [--mirostat-eta E] [--grammar-file F] [--json-schema F]
-  [--cfg-negative-prompt TEXT] [--cfg-scale S] [--backend cpu|ref]`;
+/** The flags of `deno task generate` (llama.cpp's names where it has them). */
+export const GENERATE_FLAGS = {
+  model: flag.string({
+    short: "m",
+    value: "FILE",
+    default: DEFAULT_MODEL,
+    defaultText: "models/tolstoy-6m-f16.gguf",
+    description: "GGUF model file",
+  }),
+  prompt: flag.string({ short: "p", default: "The prince", description: "prompt text" }),
+  "n-predict": flag.int({
+    short: "n",
+    aliases: ["n"],
+    min: -1,
+    default: 64,
+    description: "tokens to generate; -1 = until end of generation or a full context",
+  }),
+  temp: flag.number({
+    default: 0.8,
+    description: "temperature; <= 0 picks the most likely token (llama.cpp's greedy)",
+  }),
+  "top-k": flag.int({ default: 40, description: "top-k sampling; <= 0 = off" }),
+  "top-p": flag.number({ min: 0, max: 1, default: 0.95, description: "top-p; 1 = off" }),
+  "min-p": flag.number({ min: 0, max: 1, default: 0.05, description: "min-p; 0 = off" }),
+  typical: flag.number({ min: 0, max: 1, default: 1, description: "locally typical p; 1 = off" }),
+  seed: flag.int({
+    short: "s",
+    min: -1,
+    max: 0xffffffff,
+    default: -1,
+    description: "random seed; -1 = a random seed",
+  }),
+  threads: flag.int({
+    short: "t",
+    min: 1,
+    max: 512,
+    defaultText: "physical cores",
+    description: "CPU threads",
+  }),
+  ctx: flag.int({
+    short: "c",
+    aliases: ["ctx-size"],
+    min: 1,
+    special: { 0: "the model's training context" },
+    defaultText: "training context, at most 4096",
+    description: "context size in tokens",
+  }),
+  "batch-size": flag.int({
+    short: "b",
+    min: 1,
+    default: 512,
+    description: "most prompt tokens per graph evaluation",
+  }),
+  format: flag.choice(["text", "json"], {
+    default: "text",
+    description: "text streams tokens; json prints one object at the end",
+  }),
+  "repeat-penalty": flag.number({
+    above: 0,
+    default: 1,
+    description: "repetition penalty; 1 = off",
+  }),
+  "repeat-last-n": flag.int({
+    min: -1,
+    default: 64,
+    description: "tokens the penalties look back; 0 = off, -1 = context size",
+  }),
+  "frequency-penalty": flag.number({ default: 0, description: "frequency penalty; 0 = off" }),
+  "presence-penalty": flag.number({ default: 0, description: "presence penalty; 0 = off" }),
+  mirostat: flag.int({ min: 0, max: 2, default: 0, description: "mirostat version; 0 = off" }),
+  "mirostat-tau": flag.number({
+    aliases: ["mirostat-ent"],
+    min: 0,
+    default: 5,
+    description: "mirostat target entropy",
+  }),
+  "mirostat-eta": flag.number({
+    aliases: ["mirostat-lr"],
+    min: 0,
+    default: 0.1,
+    description: "mirostat learning rate",
+  }),
+  "ignore-eos": flag.boolean({ description: "never stop at end-of-generation tokens" }),
+  "grammar-file": flag.string({ value: "FILE", description: "GBNF grammar the output follows" }),
+  "json-schema": flag.string({ value: "FILE", description: "JSON schema file the output follows" }),
+  "cfg-negative-prompt": flag.string({ description: "classifier-free guidance negative prompt" }),
+  "cfg-scale": flag.number({
+    default: 1,
+    description: "guidance scale (needs --cfg-negative-prompt); 1 = off",
+  }),
+  backend: flag.choice(["cpu", "ref"], {
+    default: "cpu",
+    description: "cpu (native kernels) or ref (pure TypeScript)",
+  }),
+};
 
-function num(name: string, v: string | undefined): number | undefined {
-  if (v === undefined) return undefined;
-  const x = Number(v);
-  if (!Number.isFinite(x)) throw new TypeError(`--${name}: not a number: ${v}`);
-  return x;
+const SPEC = {
+  name: "generate",
+  summary: "Streams a continuation of --prompt from a GGUF model (llama.cpp's llama-cli flags).",
+  flags: GENERATE_FLAGS,
+  notes: [
+    "Exit codes: 0 done, 1 a file, load or generation failure, 2 a bad command line.",
+  ],
+};
+
+async function readInput(path: string, what: string): Promise<string> {
+  try {
+    return await Deno.readTextFile(path);
+  } catch (e) {
+    throw new Error(`${what} ${path}: ${(e as Error).message}`);
+  }
 }
 
 /** Runs the CLI with `args`; returns the exit code. */
-export async function main(args: string[]): Promise<number> {
-  let a;
-  try {
-    a = parseArgs({
-      args,
-      options: {
-        model: { type: "string", short: "m" },
-        prompt: { type: "string", short: "p" },
-        n: { type: "string", short: "n" },
-        temp: { type: "string" },
-        "top-k": { type: "string" },
-        "top-p": { type: "string" },
-        "min-p": { type: "string" },
-        typical: { type: "string" },
-        seed: { type: "string" },
-        threads: { type: "string", short: "t" },
-        ctx: { type: "string", short: "c" },
-        format: { type: "string" },
-        "repeat-penalty": { type: "string" },
-        "repeat-last-n": { type: "string" },
-        "frequency-penalty": { type: "string" },
-        "presence-penalty": { type: "string" },
-        mirostat: { type: "string" },
-        "mirostat-tau": { type: "string" },
-        "mirostat-eta": { type: "string" },
-        "grammar-file": { type: "string" },
-        "json-schema": { type: "string" },
-        "cfg-negative-prompt": { type: "string" },
-        "cfg-scale": { type: "string" },
-        backend: { type: "string" },
-        help: { type: "boolean", short: "h" },
-      },
-      strict: true,
-    }).values;
-  } catch (e) {
-    console.error(`${(e as Error).message}\n${USAGE}`);
-    return 2;
-  }
-  if (a.help) {
-    console.log(USAGE);
-    return 0;
-  }
-  const format = a.format ?? "text";
-  if (format !== "text" && format !== "json") {
-    console.error(`--format must be text or json\n${USAGE}`);
-    return 2;
-  }
-  const backend = a.backend ?? "cpu";
-  if (backend !== "cpu" && backend !== "ref") {
-    console.error(`--backend must be cpu or ref\n${USAGE}`);
-    return 2;
-  }
-  const mirostat = num("mirostat", a.mirostat) ?? 0;
-  if (mirostat !== 0 && mirostat !== 1 && mirostat !== 2) {
-    console.error("--mirostat must be 1 or 2");
-    return 2;
-  }
-  const path = a.model ?? DEFAULT_MODEL;
-  const text = format === "text";
-  const tLoad = performance.now();
-  using model = await Model.load(path, {
-    onProgress: text ? (s) => console.error(`load: ${s}`) : undefined,
-  });
-  using ctx = await Context.create(model, {
-    nCtx: num("ctx", a.ctx),
-    threads: num("threads", a.threads),
-    backend,
-  });
-  const loadMs = performance.now() - tLoad;
-  const opts: GenerateOptions = {
-    maxTokens: num("n", a.n) ?? 64,
-    temperature: num("temp", a.temp),
-    topK: num("top-k", a["top-k"]),
-    topP: num("top-p", a["top-p"]),
-    minP: num("min-p", a["min-p"]),
-    typicalP: num("typical", a.typical),
-    seed: num("seed", a.seed),
-    repeatPenalty: num("repeat-penalty", a["repeat-penalty"]),
-    repeatLastN: num("repeat-last-n", a["repeat-last-n"]),
-    frequencyPenalty: num("frequency-penalty", a["frequency-penalty"]),
-    presencePenalty: num("presence-penalty", a["presence-penalty"]),
-    mirostat,
-    mirostatTau: num("mirostat-tau", a["mirostat-tau"]),
-    mirostatEta: num("mirostat-eta", a["mirostat-eta"]),
-    grammar: a["grammar-file"] ? await Deno.readTextFile(a["grammar-file"]) : undefined,
-    jsonSchema: a["json-schema"]
-      ? JSON.parse(await Deno.readTextFile(a["json-schema"]))
-      : undefined,
-    cfg: a["cfg-negative-prompt"] !== undefined
-      ? { negativePrompt: a["cfg-negative-prompt"], scale: num("cfg-scale", a["cfg-scale"]) ?? 1 }
-      : undefined,
-  };
-  const ac = new AbortController();
-  const onSigint = () => ac.abort(new Error("interrupted"));
-  Deno.addSignalListener("SIGINT", onSigint);
-  try {
-    const prompt = a.prompt ?? "The prince";
-    const it = generate(ctx, prompt, { ...opts, signal: ac.signal });
-    const out = new TextEncoder();
-    if (text) await Deno.stdout.write(out.encode(prompt));
-    let r: IteratorResult<unknown, GenerateResult>;
-    while (!(r = await it.next()).done) {
-      if (text) await Deno.stdout.write(out.encode((r.value as { text: string }).text));
+export function main(args: string[]): Promise<number> {
+  return runCommand(SPEC, args, async ({ values: a, given }) => {
+    if (given.has("cfg-scale") && a["cfg-negative-prompt"] === undefined) {
+      throw new UsageError("--cfg-scale needs --cfg-negative-prompt");
     }
-    const res = r.value;
-    if (text) {
-      await Deno.stdout.write(out.encode("\n"));
-      const t = res.timings;
+    if (a["grammar-file"] !== undefined && a["json-schema"] !== undefined) {
+      throw new UsageError("--grammar-file and --json-schema exclude each other");
+    }
+    // The grammar and schema are checked here, before the model loads.
+    const { parseGrammar } = await import("../grammar/parser.ts");
+    const { jsonSchemaToGrammar } = await import("../grammar/json_schema.ts");
+    let grammar: string | undefined;
+    if (a["grammar-file"] !== undefined) {
+      grammar = await readInput(a["grammar-file"], "grammar file");
+      try {
+        parseGrammar(grammar);
+      } catch (e) {
+        throw new Error(`${a["grammar-file"]}: ${(e as Error).message}`);
+      }
+    }
+    let jsonSchema;
+    if (a["json-schema"] !== undefined) {
+      const file = a["json-schema"];
+      try {
+        jsonSchema = JSON.parse(await readInput(file, "JSON schema file"));
+        parseGrammar(jsonSchemaToGrammar(jsonSchema));
+      } catch (e) {
+        throw new Error(`${file}: ${(e as Error).message}`);
+      }
+    }
+    const text = a.format === "text";
+    const say = (s: string) => text && console.error(s);
+
+    // The first run builds the native library: its own progress and time,
+    // not counted as model load time.
+    const { loadLibrary } = await import("../../ffi/library.ts");
+    const tLib = performance.now();
+    await loadLibrary();
+    const libMs = performance.now() - tLib;
+    if (libMs > 1000) say(`build: native library ready in ${(libMs / 1000).toFixed(1)} s`);
+
+    const { Model } = await import("../model/model.ts");
+    const { Context } = await import("../runtime/context.ts");
+    const { generate } = await import("../runtime/generate.ts");
+    const tLoad = performance.now();
+    using model = await Model.load(a.model, { onProgress: (s) => say(`load: ${s}`) });
+    const nTrain = model.hparams.nCtxTrain;
+    const nCtx = a.ctx === 0 ? nTrain : a.ctx;
+    if (nCtx !== undefined && nCtx > nTrain) {
+      // llama.cpp's warning: RoPE positions past training are extrapolated.
       console.error(
-        `load: ${loadMs.toFixed(0)} ms | prompt: ${t.promptTokens} tokens, ${
-          t.promptTps.toFixed(1)
-        } tok/s | ` +
-          `generation: ${t.genTokens} tokens, ${
-            t.genTps.toFixed(1)
-          } tok/s | stop: ${res.stopReason}`,
+        `generate: warning: --ctx ${nCtx} exceeds the model's training context ${nTrain}; ` +
+          `output past ${nTrain} tokens may degrade`,
       );
-    } else {
-      console.log(JSON.stringify({
-        tokens: res.tokens,
-        text: res.text,
-        timings: { prompt_tps: res.timings.promptTps, gen_tps: res.timings.genTps },
-      }));
     }
-    return 0;
-  } finally {
-    Deno.removeSignalListener("SIGINT", onSigint);
-  }
+    using ctx = await Context.create(model, {
+      nCtx,
+      nBatch: a["batch-size"],
+      threads: a.threads,
+      backend: a.backend,
+    });
+    const loadMs = performance.now() - tLoad;
+
+    const cfgPrompt = a["cfg-negative-prompt"];
+    const ac = new AbortController();
+    const onSigint = () => ac.abort(new Error("interrupted"));
+    Deno.addSignalListener("SIGINT", onSigint);
+    try {
+      const it = generate(ctx, a.prompt, {
+        maxTokens: a["n-predict"],
+        temperature: a.temp,
+        topK: a["top-k"],
+        topP: a["top-p"],
+        minP: a["min-p"],
+        typicalP: a.typical,
+        seed: a.seed,
+        repeatPenalty: a["repeat-penalty"],
+        repeatLastN: a["repeat-last-n"],
+        frequencyPenalty: a["frequency-penalty"],
+        presencePenalty: a["presence-penalty"],
+        mirostat: a.mirostat as 0 | 1 | 2,
+        mirostatTau: a["mirostat-tau"],
+        mirostatEta: a["mirostat-eta"],
+        ignoreEos: a["ignore-eos"],
+        grammar,
+        jsonSchema,
+        cfg: cfgPrompt !== undefined
+          ? { negativePrompt: cfgPrompt, scale: a["cfg-scale"] }
+          : undefined,
+        signal: ac.signal,
+      });
+      const out = new TextEncoder();
+      // The first step validates and samples; only then is the prompt echoed.
+      let r = await it.next();
+      if (text) await Deno.stdout.write(out.encode(a.prompt));
+      while (!r.done) {
+        if (text) await Deno.stdout.write(out.encode(r.value.text));
+        r = await it.next();
+      }
+      const res = r.value;
+      if (text) {
+        await Deno.stdout.write(out.encode("\n"));
+        const t = res.timings;
+        console.error(
+          `load: ${loadMs.toFixed(0)} ms | prompt: ${t.promptTokens} tokens, ${
+            t.promptTps.toFixed(1)
+          } tok/s | generation: ${t.genTokens} tokens, ${t.genTps.toFixed(1)} tok/s | ` +
+            `stop: ${res.stopReason}`,
+        );
+      } else {
+        console.log(JSON.stringify({
+          tokens: res.tokens,
+          text: res.text,
+          timings: { prompt_tps: res.timings.promptTps, gen_tps: res.timings.genTps },
+        }));
+      }
+      return 0;
+    } finally {
+      Deno.removeSignalListener("SIGINT", onSigint);
+    }
+  });
 }
 
-if (import.meta.main) {
-  try {
-    Deno.exit(await main(Deno.args));
-  } catch (e) {
-    console.error(`generate: ${e instanceof Error ? e.message : e}`);
-    Deno.exit(1);
-  }
-}
+if (import.meta.main) Deno.exit(await main(Deno.args));

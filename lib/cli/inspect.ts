@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { flag, runCommand } from "./args.ts";
 import {
   ggmlTypeName,
   type GGUFArray,
@@ -218,26 +218,22 @@ export function formatReport(r: InspectReport): string {
   return lines.join("\n");
 }
 
+const SPEC = {
+  name: "inspect",
+  summary: "Shows what a GGUF file holds: metadata, hyper-parameters, tokenizer, tensors.",
+  positionals: [{ name: "FILE.gguf", description: "the GGUF file (first split of a split model)" }],
+  flags: { json: flag.boolean({ description: "print one JSON object instead of text" }) },
+  notes: ["Exit codes: 0, 1 unreadable or invalid file, 2 usage."],
+};
+
 /** Runs the CLI with `args`; returns the exit code. */
-export async function main(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    options: { json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
-    allowPositionals: true,
-  });
-  if (values.help || positionals.length !== 1) {
-    (values.help ? console.log : console.error)("usage: deno task inspect FILE.gguf [--json]");
-    return values.help ? 0 : 2;
-  }
-  try {
+export function main(args: string[]): Promise<number> {
+  return runCommand(SPEC, args, async ({ values, positionals }) => {
     using m = await openGGUF(positionals[0]);
     const report = inspectHeader(m.header);
     console.log(values.json ? JSON.stringify(report) : formatReport(report));
     return 0;
-  } catch (e) {
-    console.error(`inspect: ${e instanceof Error ? e.message : e}`);
-    return 1;
-  }
+  });
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -4,13 +4,24 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { resolve } from "node:path";
+import { flag, runCommand, UsageError } from "./args.ts";
 import { QUANT_PRESETS } from "../quant/rules.ts";
-import { quantizeModel, type QuantizeProgress } from "../quant/quantize.ts";
+import type { QuantizeProgress } from "../quant/quantize.ts";
 
-const USAGE = `usage: deno task quantize IN.gguf OUT.gguf TYPE\n  TYPE: ${
-  [...QUANT_PRESETS.keys()].join(" ")
-}`;
+const TYPES = [...QUANT_PRESETS.keys()];
+
+const SPEC = {
+  name: "quantize",
+  summary: "Quantizes a GGUF model the way llama-quantize does.",
+  positionals: [
+    { name: "IN.gguf", description: "f32/f16/bf16 GGUF model" },
+    { name: "OUT.gguf", description: "file to write (not IN.gguf)" },
+    { name: "TYPE", description: TYPES.join(" ") },
+  ],
+  flags: { quiet: flag.boolean({ short: "q", description: "no progress bar" }) },
+  notes: ["Exit codes: 0, 1 unreadable or unsupported input, 2 usage."],
+};
 
 /** A one-line progress bar for stderr. */
 export function progressLine(p: QuantizeProgress, width = 30): string {
@@ -20,24 +31,18 @@ export function progressLine(p: QuantizeProgress, width = 30): string {
 }
 
 /** Runs the CLI with `args`; returns the exit code. */
-export async function main(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    options: { help: { type: "boolean", short: "h" }, quiet: { type: "boolean", short: "q" } },
-    allowPositionals: true,
-  });
-  if (values.help) {
-    console.log(USAGE);
-    return 0;
-  }
-  if (positionals.length !== 3) {
-    console.error(USAGE);
-    return 2;
-  }
-  const [input, output, type] = positionals;
-  const enc = new TextEncoder();
-  const tty = Deno.stderr.isTerminal();
-  try {
+export function main(args: string[]): Promise<number> {
+  return runCommand(SPEC, args, async ({ values, positionals }) => {
+    const [input, output, type] = positionals;
+    if (!QUANT_PRESETS.has(type.toLowerCase())) {
+      throw new UsageError(`TYPE '${type}' is not one of ${TYPES.join(", ")}`);
+    }
+    if (resolve(input) === resolve(output)) {
+      throw new UsageError(`OUT.gguf is IN.gguf (${input}); write to another file`);
+    }
+    const { quantizeModel } = await import("../quant/quantize.ts");
+    const enc = new TextEncoder();
+    const tty = Deno.stderr.isTerminal();
     const t0 = performance.now();
     const r = await quantizeModel(input, output, type, {
       onProgress: values.quiet ? undefined : (p) => {
@@ -48,16 +53,11 @@ export async function main(args: string[]): Promise<number> {
     if (tty && !values.quiet) Deno.stderr.writeSync(enc.encode("\n"));
     const mb = (n: number) => (n / 2 ** 20).toFixed(2);
     console.log(
-      `${output}: ${type}, ${r.types.size} tensors, ${mb(r.bytesIn)} MiB -> ${
-        mb(r.bytesOut)
-      } MiB ` +
-        `in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+      `${output}: ${type}, ${r.types.size} tensors, ${mb(r.bytesIn)} MiB -> ${mb(r.bytesOut)} ` +
+        `MiB in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
     );
     return 0;
-  } catch (e) {
-    console.error(`quantize: ${e instanceof Error ? e.message : e}`);
-    return 1;
-  }
+  });
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));
