@@ -181,7 +181,9 @@ export function main(args: string[]): Promise<number> {
     const { Context } = await import("../runtime/context.ts");
     const { generate } = await import("../runtime/generate.ts");
     const tLoad = performance.now();
-    using model = await Model.load(a.model, { onProgress: (s) => say(`load: ${s}`) });
+    // Stage-by-stage progress is for a person watching; a failure stays one line in logs.
+    const progress = Deno.stderr.isTerminal() ? (s: string) => say(`load: ${s}`) : undefined;
+    using model = await Model.load(a.model, { onProgress: progress });
     const nTrain = model.hparams.nCtxTrain;
     const nCtx = a.ctx === 0 ? nTrain : a.ctx;
     if (nCtx !== undefined && nCtx > nTrain) {
