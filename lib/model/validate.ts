@@ -35,6 +35,16 @@ export function validateHeader(h: GGUFHeader): void {
   }
 }
 
+/** The shortest decimal that reads back as the same f32 (metadata floats are f32). */
+function f32Text(v: number): string {
+  if (!Number.isFinite(v) || Number.isInteger(v)) return String(v);
+  for (let p = 1; p < 17; p++) {
+    const x = Number(v.toPrecision(p));
+    if (Math.fround(x) === Math.fround(v)) return String(x);
+  }
+  return String(v);
+}
+
 /** Hyper-parameter fields that must be positive integers, with their GGUF keys. */
 const POSITIVE_INTS: ReadonlyArray<[keyof HParams, string]> = [
   ["nVocab", "vocab_size (or the tokenizer.ggml.tokens count)"],
@@ -51,7 +61,7 @@ const POSITIVE_INTS: ReadonlyArray<[keyof HParams, string]> = [
 /** Checks the values readHParams produced; names the GGUF key of the first bad one. */
 export function validateHParams(path: string, hp: HParams): void {
   const bad = (key: string, v: number, want: string): never => {
-    throw new ModelError(`${path}: ${hp.arch}.${key} = ${v} is invalid: ${want}`);
+    throw new ModelError(`${path}: ${hp.arch}.${key} = ${f32Text(v)} is invalid: ${want}`);
   };
   for (const [field, key] of POSITIVE_INTS) {
     const v = hp[field] as number;
