@@ -150,12 +150,13 @@ Deno.test("validate: a wrong tensor shape is a ModelError at load", async () => 
 });
 
 Deno.test('validate: "data" finds NaN/Inf weights by tensor and index (--check-tensors)', async () => {
-  const poison = (name: string, at: number, how: (dv: DataView) => void) => (t: GGUFWriteTensor) => {
-    if (t.name !== name) return t;
-    const data = (t.data as Uint8Array).slice();
-    how(new DataView(data.buffer, at));
-    return { ...t, data };
-  };
+  const poison =
+    (name: string, at: number, how: (dv: DataView) => void) => (t: GGUFWriteTensor) => {
+      if (t.name !== name) return t;
+      const data = (t.data as Uint8Array).slice();
+      how(new DataView(data.buffer, at));
+      return { ...t, data };
+    };
   const f32 = await variant({
     tensor: poison("blk.1.ffn_up.weight", 4 * (64 + 37), (dv) => dv.setFloat32(0, NaN, true)),
   });

@@ -116,7 +116,11 @@ Deno.test("sampling: -inf biases on every token are a SamplingError, not one tok
   );
   // The same with greedy and with mirostat selectors.
   for (const extra of [{ temperature: 0 }, { mirostat: 2 as const }]) {
-    const chain = samplerChainFromOptions({ nVocab: 3, logitBias: everyToken.slice(0, 3), ...extra });
+    const chain = samplerChainFromOptions({
+      nVocab: 3,
+      logitBias: everyToken.slice(0, 3),
+      ...extra,
+    });
     assert.throws(() => chain.sample(new Float32Array([1, 2, 3])), SamplingError);
   }
   // One finite token left: it is the pick.
