@@ -6,6 +6,7 @@
  * @module
  */
 import { fileURLToPath } from "node:url";
+import assert from "node:assert/strict";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { assertGreedyMatch, type GreedyMatch, loadOracle, top2 } from "./oracle/oracle.ts";
@@ -24,7 +25,13 @@ export const FTYPE = Ftype;
 /** Path of tolstoy-6m quantized by llama.cpp to `ftype` (made on first use). */
 export const llamaQuantized: (name: keyof typeof FTYPE) => Promise<string> = tolstoyQuantized;
 
-const PROMPT = "Natasha looked at her mother and";
+/**
+ * Two prompts, so that every preset has steps before llama.cpp's first
+ * near-tie (Q4_K ties at the first step after the first one).
+ */
+const PROMPTS = ["Natasha looked at her mother and", "He was silent for a long time."];
+/** Fewest steps that must be compared over PROMPTS (else the check would be empty). */
+const MIN_COMPARED = 16;
 /** Greedy steps compared. */
 export const N_GEN = 64;
 /**
@@ -51,17 +58,23 @@ export async function ourGreedy(path: string, prompt: number[], n: number) {
 }
 
 /**
- * Asserts the shared near-tie rule (tests/oracle/oracle.ts NEAR_TIE) for a
- * greedy continuation of `path` in our engine against llama.cpp's: the same
- * tokens, and logits within LOGIT_TOL, at every step before llama.cpp's
- * first top-2 gap below NEAR_TIE.
+ * Asserts the shared near-tie rule (tests/oracle/oracle.ts NEAR_TIE) for
+ * greedy continuations of `path` in our engine against llama.cpp's, one per
+ * prompt of PROMPTS: the same tokens, and logits within LOGIT_TOL, at every
+ * step before llama.cpp's first top-2 gap below NEAR_TIE.
  */
-export async function assertSameGreedy(path: string, label: string): Promise<GreedyMatch> {
+export async function assertSameGreedy(path: string, label: string): Promise<GreedyMatch[]> {
   const oracle = await loadOracle();
   using om = oracle.load(path);
   using oc = om.context({ nCtx: 256, threads: 1 });
-  const prompt = om.tokenize(PROMPT, { addSpecial: true });
-  const want = oc.greedy(prompt, N_GEN);
-  const got = await ourGreedy(path, prompt, N_GEN);
-  return assertGreedyMatch(label, want, got, LOGIT_TOL);
+  const out: GreedyMatch[] = [];
+  for (const text of PROMPTS) {
+    const prompt = om.tokenize(text, { addSpecial: true });
+    const want = oc.greedy(prompt, N_GEN);
+    const got = await ourGreedy(path, prompt, N_GEN);
+    out.push(assertGreedyMatch(`${label} ${JSON.stringify(text)}`, want, got, LOGIT_TOL));
+  }
+  const compared = out.reduce((n, r) => n + r.upto, 0);
+  assert.ok(compared >= MIN_COMPARED, `${label}: only ${compared} steps before near-ties`);
+  return out;
 }
