@@ -6,10 +6,10 @@
  *
  * Which kernels must match depends on the CPU variant llama.cpp loaded
  * (tests/oracle/oracle.ts `OracleCpu`): AVX-512 variants (icelake, ...) are
- * matched by our AVX-512 level, haswell by our AVX2 level; loadOracle() puts
- * our kernels at that level. Variants we do not reproduce (x64, sse42,
- * sandybridge, ...) skip these tests with the reason in the test name, and
- * tests/parity_test.ts's tolerances apply. The test at the end reruns this
+ * matched by our AVX-512 level, haswell by our AVX2 level, x64 by our scalar
+ * level; loadOracle() puts our kernels at that level. Variants we do not
+ * reproduce (sse42, sandybridge, ivybridge, piledriver) skip these tests with
+ * the reason in the test name, and tests/parity_test.ts's tolerances apply. The test at the end reruns this
  * file in a child process against each other variant the CPU can execute
  * (LLM_EDGE_ORACLE_CPU), so an AVX-512 host checks both orders.
  * A failure names the first tensor, in execution order, that differs.
@@ -42,7 +42,7 @@ const LAYER_TAPS = [
   "l_out",
 ];
 /** Variants whose order our kernels follow, each checked where the CPU runs it. */
-const CHECKED_VARIANTS = ["icelake", "haswell"];
+const CHECKED_VARIANTS = ["icelake", "haswell", "x64"];
 /** Limit of one child run (4 tests, ~1 s of compute each on an idle host). */
 const CHILD_TIMEOUT_MS = 300_000;
 

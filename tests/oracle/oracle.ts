@@ -375,10 +375,10 @@ export interface OracleCpu {
   /** Whether ORACLE_CPU_ENV chose it (else ggml picked the best one this CPU runs). */
   readonly forced: boolean;
   /**
-   * Our SIMD level whose kernels follow this variant's operation order
-   * (SimdLevel.AVX512 for AVX-512 variants, AVX2 for haswell/alderlake),
-   * or SCALAR for variants without AVX2+FMA+F16C (x64, sse42, sandybridge,
-   * ivybridge, piledriver), whose order we do not reproduce.
+   * Our SIMD level whose kernels follow this variant's operation order:
+   * SimdLevel.AVX512 for AVX-512 variants, AVX2 for haswell/alderlake,
+   * SCALAR for x64; SCALAR too (closest, not exact) for sse42, sandybridge,
+   * ivybridge and piledriver.
    */
   readonly simdLevel: number;
   /**
@@ -410,11 +410,15 @@ export function variantLevel(
   if (on("AVX2") && on("FMA") && on("F16C")) {
     return { simdLevel: SimdLevel.AVX2, exact: true, reason: "" };
   }
+  if (!["SSE3", "SSSE3", "AVX", "F16C", "FMA"].some(on)) {
+    // x64: plain C plus SSE2 (ggml_v_expf), the order our scalar level follows
+    return { simdLevel: SimdLevel.SCALAR, exact: true, reason: "" };
+  }
   return {
     simdLevel: SimdLevel.SCALAR,
     exact: false,
-    reason: `llama.cpp's ${name} variant (no AVX2+FMA+F16C) has no bit-identical counterpart ` +
-      `among our SIMD levels; tolerance tests only`,
+    reason: `llama.cpp's ${name} variant (SSE3/AVX without AVX2+FMA+F16C) has no ` +
+      `bit-identical counterpart among our SIMD levels; tolerance tests only`,
   };
 }
 
