@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { generate, generateStream, generateText } from "../lib/runtime/generate.ts";
-import { loadOracle, top2 } from "./oracle/oracle.ts";
+import { loadOracle, nearTieStep, top2 } from "./oracle/oracle.ts";
 import { TOLSTOY_F16, TOLSTOY_F32 } from "./oracle/models.ts";
 
 function logSoftmax64(x: Float32Array): Float64Array {
@@ -60,10 +60,10 @@ Deno.test("generate: CFG (scale 1.5) follows llama.cpp's two contexts through th
     cfg: { negativePrompt: negative, scale },
     stopAtEog: false,
   });
-  const tie = gaps.findIndex((x) => x < 1e-3);
-  const upto = tie < 0 ? n : tie;
+  // the shared near-tie rule, on the gaps of llama.cpp's mixed logits
+  const upto = nearTieStep(gaps);
   assert.deepEqual(res.tokens.slice(0, upto), want.slice(0, upto));
-  assert.ok(upto >= 8, `near-tie at step ${tie}`);
+  assert.ok(upto >= 8, `near-tie at step ${upto}`);
 });
 
 Deno.test("generate: greedy tokens equal llama.cpp's up to the first near-tie", async () => {
@@ -78,8 +78,7 @@ Deno.test("generate: greedy tokens equal llama.cpp's up to the first near-tie", 
     temperature: 0,
     stopAtEog: false,
   });
-  const tie = g.gaps.findIndex((x) => x < 0.01);
-  const upto = tie < 0 ? 32 : tie;
+  const upto = nearTieStep(g.gaps);
   assert.deepEqual(res.tokens.slice(0, upto), g.tokens.slice(0, upto));
   // streamed text is the concatenation of the pieces (common_token_to_piece)
   const pieces = res.tokens.map((t) => om.pieceBytes(t));
@@ -144,8 +143,7 @@ Deno.test("generate CLI: --format json prints llama.cpp's greedy tokens for the 
   using om = oracle.load(TOLSTOY_F16);
   using oc = om.context({ nCtx: 256 });
   const g = oc.greedy(om.tokenize("The prince said that", { addSpecial: true }), 12);
-  const tie = g.gaps.findIndex((x) => x < 0.01);
-  const upto = tie < 0 ? 12 : tie;
+  const upto = nearTieStep(g.gaps);
   assert.deepEqual(r.tokens.slice(0, upto), g.tokens.slice(0, upto));
   assert.equal(typeof r.text, "string");
   assert.ok(r.timings.prompt_tps > 0 && r.timings.gen_tps > 0);

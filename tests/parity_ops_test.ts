@@ -4,16 +4,21 @@
  * the logits must be bit-identical at each of 64 positions, for tolstoy in
  * f32, f16 and q8_0 with the default F16 KV cache (and f32 with an F32 one).
  *
- * Bit-identity holds where llama.cpp runs an AVX-512 CPU variant and we run
- * our AVX-512 kernels (both then follow ggml's operation order); on other
- * hosts the test is skipped and tests/parity_test.ts's tolerances apply.
+ * Which kernels must match depends on the CPU variant llama.cpp loaded
+ * (tests/oracle/oracle.ts `OracleCpu`): AVX-512 variants (icelake, ...) are
+ * matched by our AVX-512 level, haswell by our AVX2 level, x64 by our scalar
+ * level; loadOracle() puts our kernels at that level. Variants we do not
+ * reproduce (sse42, sandybridge, ivybridge, piledriver) skip these tests with
+ * the reason in the test name, and tests/parity_test.ts's tolerances apply. The test at the end reruns this
+ * file in a child process against each other variant the CPU can execute
+ * (LLM_EDGE_ORACLE_CPU), so an AVX-512 host checks both orders.
  * A failure names the first tensor, in execution order, that differs.
  */
 import assert from "node:assert/strict";
-import { loadLibrary } from "../ffi/library.ts";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
-import { loadOracle } from "./oracle/oracle.ts";
+import { SimdLevel } from "../ffi/symbols.ts";
+import { loadOracle, ORACLE_CPU_ENV, variantScore } from "./oracle/oracle.ts";
 import { OracleTapContext } from "./oracle/oracle_debug.ts";
 import { TOLSTOY_F16, TOLSTOY_F32, tolstoyQuantized } from "./oracle/models.ts";
 
@@ -36,9 +41,15 @@ const LAYER_TAPS = [
   "ffn_out",
   "l_out",
 ];
+/** Variants whose order our kernels follow, each checked where the CPU runs it. */
+const CHECKED_VARIANTS = ["icelake", "haswell", "x64"];
+/** Limit of one child run (4 tests, ~1 s of compute each on an idle host). */
+const CHILD_TIMEOUT_MS = 300_000;
 
-const lib = await loadLibrary();
-const AVX512 = (lib.symbols.le_cpu_features() & 2) !== 0;
+const cpu = (await loadOracle()).cpu;
+const levelName = Object.entries(SimdLevel).find(([, v]) => v === cpu.simdLevel)?.[0] ?? "?";
+const skip = cpu.exact ? "" : `skipped: ${cpu.reason}`;
+if (skip) console.log(`parity_ops_test: llama.cpp's CPU variant is ${cpu.name}; ${skip}`);
 
 function tapNames(nLayer: number): string[] {
   const names: string[] = [];
@@ -59,7 +70,7 @@ function firstDiff(a: Float32Array, b: Float32Array): { i: number; d: number } |
 }
 
 async function checkDecode(path: string, kvType: "f16" | "f32"): Promise<void> {
-  const oracle = await loadOracle();
+  const oracle = await loadOracle(); // also sets our SIMD level to cpu.simdLevel
   using om = oracle.load(path);
   using model = await Model.load(path);
   const names = tapNames(model.hparams.nLayer);
@@ -111,10 +122,39 @@ for (
   ] as const
 ) {
   Deno.test({
-    name:
-      `tolstoy ${label}, ${kv} KV cache: token-by-token decode is op-by-op bit-identical to llama.cpp`,
-    ignore: !AVX512,
+    name: `tolstoy ${label}, ${kv} KV cache: token-by-token decode is op-by-op bit-identical ` +
+      `to llama.cpp's ${cpu.name} variant (our ${levelName} kernels)${skip ? ` [${skip}]` : ""}`,
+    ignore: !cpu.exact,
     sanitizeResources: false,
     fn: async () => await checkDecode(await file(), kv),
+  });
+}
+
+// The other variants, each in a child process (the oracle loads one CPU
+// variant per process). Not nested: a child has ORACLE_CPU_ENV set.
+const others = Deno.env.get(ORACLE_CPU_ENV) ? [] : CHECKED_VARIANTS.filter((v) => v !== cpu.name);
+for (const variant of others) {
+  const score = await variantScore(variant);
+  const why = score < 0 ? "no such library" : score === 0 ? "this CPU cannot run it" : "";
+  if (why) console.log(`parity_ops_test: not checking llama.cpp's ${variant} variant: ${why}`);
+  Deno.test({
+    name: `op-by-op parity also holds against llama.cpp's ${variant} variant ` +
+      `(${ORACLE_CPU_ENV}=${variant}, child process)${why ? ` [skipped: ${why}]` : ""}`,
+    ignore: why !== "",
+    fn: async () => {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["test", "-A", "--no-check", new URL(import.meta.url).pathname],
+        env: { [ORACLE_CPU_ENV]: variant, NO_COLOR: "1" },
+        stdout: "piped",
+        stderr: "piped",
+        signal: AbortSignal.timeout(CHILD_TIMEOUT_MS),
+      }).output();
+      const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+      const summary = text.split("\n").filter((l) => / (ok|FAILED|ignored) \(/.test(l));
+      console.log(summary.join("\n"));
+      assert.ok(out.success, `${variant} child run failed:\n${text.slice(-4000)}`);
+      // the child must have run the four decode tests, not skipped them
+      assert.ok(!/ \.\.\. ignored/.test(text), `${variant}: the child skipped tests:\n${text}`);
+    },
   });
 }

@@ -1,4 +1,5 @@
-/* Register-tiled dot products for mul_mat on AVX-512 VNNI: up to 4 weight
+/* Register-tiled dot products for mul_mat on AVX-512 VNNI (and, for F32/F16
+ * only, AVX2): up to 4 weight
  * rows x 4 activation columns per call, so each weight block is loaded once
  * per 4 columns and each activation block once per 4 rows.
  *
@@ -12,7 +13,7 @@
  * 512-bit register. (q4_0 has its own repack-order tiles in q_q4_0.c.)
  *
  * F32/F16 tiles follow llamafile tinyBLAS instead (llama.cpp uses it for
- * N >= 2); see tile_float. */
+ * N >= 2); see tile_float (icelake-like variants) and tile_float8 (haswell). */
 #include "q_common.h"
 
 #if defined(LE_X86)
@@ -217,10 +218,84 @@ static const le_gemm_tiles sgemm_f32 = {
 
 static const le_gemm_tiles seq_q8_0 = {
     .t44 = q8s_4x4, .t41 = q8s_4x1, .t14 = q8s_1x4, .t11 = q8s_1x1};
+
+/* The same for AVX2 hosts, where llama.cpp runs its haswell variant:
+ * tinyBLAS<8, __m256> (K % 8 == 0), one 8-lane accumulator per output,
+ * acc = fma(a[l..l+8], b[l..l+8], acc), then sgemm.cpp's hsum(__m256):
+ * high + low half, + movehl, + movehdup. 4x4 tiles of 8-lane accumulators
+ * fit AVX2's 16 registers with 4 left for loads. */
+LE_TARGET_AVX2 static inline __m256 ld8(const int F16, const void *p, int64_t l) {
+  if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + l)));
+  return _mm256_loadu_ps((const float *)p + l);
+}
+
+LE_TARGET_AVX2 static inline float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+tile_float8(const int F16, const int RM, const int RN, int64_t n, float *s, size_t bs,
+            const void *vx, size_t bx, const void *vy, size_t by) {
+  __m256 acc[4][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < RM; r++)
+#pragma GCC unroll 4
+    for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t l = 0; l < n; l += 8) {
+    __m256 a[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) a[r] = ld8(F16, (const char *)vx + r * bx, l);
+#pragma GCC unroll 4
+    for (int c = 0; c < RN; c++) {
+      const __m256 b = ld8(F16, (const char *)vy + c * by, l);
+#pragma GCC unroll 4
+      for (int r = 0; r < RM; r++) acc[r][c] = _mm256_fmadd_ps(a[r], b, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < RM; r++)
+#pragma GCC unroll 4
+    for (int c = 0; c < RN; c++) s[c * bs + r] = hsum8(acc[r][c]);
+}
+
+#define FLOAT8_FN(name, F16, RM, RN)                                                       \
+  LE_TARGET_AVX2 static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
+                                  const void *y, size_t by) {                              \
+    tile_float8(F16, RM, RN, n, s, bs, x, bx, y, by);                                      \
+  }
+FLOAT8_FN(f16_4x4_avx2, 1, 4, 4)
+FLOAT8_FN(f16_4x1_avx2, 1, 4, 1)
+FLOAT8_FN(f16_1x4_avx2, 1, 1, 4)
+FLOAT8_FN(f16_1x1_avx2, 1, 1, 1)
+FLOAT8_FN(f32_4x4_avx2, 0, 4, 4)
+FLOAT8_FN(f32_4x1_avx2, 0, 4, 1)
+FLOAT8_FN(f32_1x4_avx2, 0, 1, 4)
+FLOAT8_FN(f32_1x1_avx2, 0, 1, 1)
+static const le_gemm_tiles sgemm8_f16 = {
+    .t44 = f16_4x4_avx2, .t41 = f16_4x1_avx2, .t14 = f16_1x4_avx2, .t11 = f16_1x1_avx2};
+static const le_gemm_tiles sgemm8_f32 = {
+    .t44 = f32_4x4_avx2, .t41 = f32_4x1_avx2, .t14 = f32_1x4_avx2, .t11 = f32_1x1_avx2};
 #endif
+
+int le_tinyblas_kn(void) {
+#if defined(LE_X86)
+  const int lvl = le_simd();
+  if (lvl == LE_SIMD_AVX512) return 16;
+  if (lvl == LE_SIMD_AVX2) return 8;
+#endif
+  return 0;
+}
 
 const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas) {
 #if defined(LE_X86)
+  if (le_simd() == LE_SIMD_AVX2) {
+    if (tinyblas && type == LE_TYPE_F16) return &sgemm8_f16;
+    if (tinyblas && type == LE_TYPE_F32) return &sgemm8_f32;
+    return NULL;
+  }
   if (le_simd() != LE_SIMD_AVX512) return NULL;
   if (tinyblas && type == LE_TYPE_F16) return &sgemm_f16;
   if (tinyblas && type == LE_TYPE_F32) return &sgemm_f32;

@@ -88,10 +88,14 @@ extern const le_type_traits le_traits_f32, le_traits_f16, le_traits_bf16, le_tra
 
 const le_type_traits *le_traits(int32_t type);
 le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
-/* Built-in AVX-512 tiles (gemm_x86.c), or NULL: q8_0 in its vec_dot
- * order (needs VNNI); with tinyblas set, F32/F16 in llamafile tinyBLAS order
- * (for N >= 2, K % 16 == 0, M % 4 == 0 only, as llama.cpp). */
+/* Built-in x86 tiles (gemm_x86.c), or NULL: at AVX-512, q8_0 in its
+ * vec_dot order (needs VNNI); with tinyblas set, F32/F16 in llamafile
+ * tinyBLAS order at AVX-512 and AVX2 (for N >= 2, K % le_tinyblas_kn() == 0,
+ * M % 4 == 0 only, as llama.cpp). */
 const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas);
+/* tinyBLAS's KN (floats per vector) at the SIMD level in effect: 16 for
+ * AVX-512 (icelake-like variants), 8 for AVX2 (haswell), 0 = no tinyBLAS. */
+int le_tinyblas_kn(void);
 static inline size_t le_row_size(const le_type_traits *t, int64_t n) {
   return (size_t)(n / t->blck) * t->size;
 }

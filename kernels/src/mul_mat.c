@@ -37,14 +37,16 @@ static int contiguous(const le_tensor *t, size_t esize) {
 /* Which tiles compute this node (NULL: one vec_dot per output). The type's
  * own entry wins (repacked types follow llama.cpp's repack kernels); F32
  * and F16 switch to tinyBLAS order exactly where llama.cpp calls
- * llamafile_sgemm: N >= 2, K % 16 == 0, M % 4 == 0, and for F32 a
- * contiguous src1 (F16 converts src1 first, so any layout). */
+ * llamafile_sgemm and tinyBLAS accepts: N >= 2, K % KN == 0 (16 on
+ * AVX-512, 8 on AVX2), M % 4 == 0, and for F32 a contiguous src1 (F16
+ * converts src1 first, so any layout). */
 static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
   const le_gemm_tiles *own = t->gemm[le_simd()];
   if (own) return own;
   const le_tensor *a = &n->src[0], *b = &n->src[1];
   if (t->type == LE_TYPE_F32 || t->type == LE_TYPE_F16) {
-    const int ok = b->ne[1] >= 2 && a->ne[0] % 16 == 0 && a->ne[1] % 4 == 0 &&
+    const int kn = le_tinyblas_kn();
+    const int ok = kn && b->ne[1] >= 2 && a->ne[0] % kn == 0 && a->ne[1] % 4 == 0 &&
                    (t->type == LE_TYPE_F16 || contiguous(b, 4));
     return ok ? le_gemm_x86(t->type, 1) : NULL;
   }

@@ -237,6 +237,10 @@ static void op_rope(const le_node *n, const le_compute_params *p) {
   const int f16 = s0->type == LE_TYPE_F16;
   const size_t ts = f16 ? 2 : 4;
   const int64_t ne0 = d->ne[0];
+  /* Builds for CPUs with FMA (llama.cpp's haswell and AVX-512 variants)
+   * contract rotate_pairs; the ones our scalar level follows (x64, sse42,
+   * sandybridge, ivybridge) have no FMA and round each product. */
+  const int fused = le_simd() != LE_SIMD_SCALAR;
   float *cache = (float *)p->wdata + (ne0 + 16) * p->ith;
   int64_t last_i2 = -1;
   FOR_MY_ROWS(d, p)
@@ -252,10 +256,15 @@ static void op_rope(const le_node *n, const le_compute_params *p) {
     const int64_t ic = neox ? i0 / 2 : i0;
     const float c = cache[i0], s = cache[i0 + 1];
     const float x0 = ld(x + ic * ts, f16), x1 = ld(x + (ic + off) * ts, f16);
-    /* ggml's rotate_pairs is built with fp contraction: each output is one
-     * fused multiply-add over a rounded product, in exactly this pairing. */
-    st(y + ic * ts, fmaf(x0, c, -(x1 * s)), f16);
-    st(y + (ic + off) * ts, fmaf(x0, s, x1 * c), f16);
+    if (fused) {
+      /* ggml's rotate_pairs is built with fp contraction: each output is one
+       * fused multiply-add over a rounded product, in exactly this pairing. */
+      st(y + ic * ts, fmaf(x0, c, -(x1 * s)), f16);
+      st(y + (ic + off) * ts, fmaf(x0, s, x1 * c), f16);
+    } else {
+      st(y + ic * ts, x0 * c - x1 * s, f16);
+      st(y + (ic + off) * ts, x0 * s + x1 * c, f16);
+    }
   }
   if (x != y) memcpy(y + n_dims * ts, x + n_dims * ts, (size_t)(ne0 - n_dims) * ts);
   END_ROWS

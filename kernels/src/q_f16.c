@@ -42,10 +42,12 @@ LE_TARGET_AVX2 static void dot_f16_avx2(int64_t n, float *s, const void *vx, con
     a3 = _mm256_fmadd_ps(LD(x + i + 24), LD(y + i + 24), a3);
   }
 #undef LD
+  /* GGML_F32Cx8_REDUCE = GGML_F32x8_REDUCE: (a0 + a2) + (a1 + a3), low +
+   * high half, two hadds ((t0 + t1) + (t2 + t3)); leftovers in double. */
   __m256 t = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  r = _mm_hadd_ps(r, r);
+  r = _mm_hadd_ps(r, r);
   double sum = _mm_cvtss_f32(r);
   for (int64_t i = np; i < n; i++) sum += (double)(le_fp16_to_fp32(x[i]) * le_fp16_to_fp32(y[i]));
   *s = (float)sum;

@@ -13,13 +13,21 @@ static void dot_f32_scalar(int64_t n, float *s, const void *vx, const void *vy) 
 }
 
 #if defined(LE_X86)
-LE_TARGET_AVX2 static inline float le_hsum256(__m256 v) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
+/* GGML_F32x8_REDUCE's last step (ggml's AVX build, llama.cpp's haswell
+ * variant): low + high half, then two hadds: (t0 + t1) + (t2 + t3). */
+LE_TARGET_AVX2 static inline float hsum_hadd256(__m256 v) {
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  t = _mm_hadd_ps(t, t);
+  t = _mm_hadd_ps(t, t);
+  return _mm_cvtss_f32(t);
 }
 
+/* ggml_vec_dot_f32 as the haswell build runs it: GGML_F32_STEP 32 (four
+ * 8-lane fma accumulators), GGML_F32x8_REDUCE ((a0 + a2) + (a1 + a3), then
+ * hsum_hadd256), leftovers in float. GCC compiled the leftover loop (with
+ * fp contraction) into products rounded and added in order for the
+ * elements in whole groups of 4, and scalar fmas for the last n % 4
+ * (disassembly of libggml-cpu-haswell.so). */
 LE_TARGET_AVX2 static void dot_f32_avx2(int64_t n, float *s, const void *vx, const void *vy) {
   const float *x = vx, *y = vy;
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -30,8 +38,11 @@ LE_TARGET_AVX2 static void dot_f32_avx2(int64_t n, float *s, const void *vx, con
     a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
   }
-  float sum = le_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));
-  for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
+  float sum = hsum_hadd256(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));
+  const int64_t n4 = np + ((n - np) & ~(int64_t)3);
+  int64_t i = np;
+  for (; i < n4; i++) sum += x[i] * y[i];
+  for (; i < n; i++) sum = fmaf(x[i], y[i], sum);
   *s = sum;
 }
 

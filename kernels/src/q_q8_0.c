@@ -27,8 +27,14 @@ static void q8_0_from_float_ref(const float *x, void *vy, int64_t n) {
 
 /* ggml-cpu's x86 quantize_row_q8_0: same scale, multiplier 127/amax and
  * round-to-nearest-even. Every step is an exact IEEE operation, so this
- * scalar form gives the same bytes as the vector one. */
+ * scalar form gives the same bytes as the vector one. x86 builds without
+ * AVX (llama.cpp's x64 and sse42 variants, which our scalar level
+ * follows) fall back to quantize_row_q8_0_ref. */
 void le_quantize_q8_0_act(const float *x, void *vy, int64_t n) {
+  if (le_simd() == LE_SIMD_SCALAR) {
+    q8_0_from_float_ref(x, vy, n);
+    return;
+  }
   le_block_q8_0 *y = vy;
   for (int64_t i = 0; i < n / LE_QK; i++) {
     const float *xb = x + i * LE_QK;

@@ -1,7 +1,7 @@
 /* exp-based row kernels (softmax, silu, swiglu) that reproduce ggml-cpu's
  * vec.cpp arithmetic at each SIMD level: its polynomial ggml_v_expf (an Arm
- * optimized-routines port) on AVX-512 and AVX2, libm expf for the leftover
- * elements and the scalar level. Bit-identical results matter: the outputs
+ * optimized-routines port) on AVX-512, AVX2 and (our x86 scalar level) SSE2,
+ * libm expf for the leftover elements and the scalar level elsewhere. Bit-identical results matter: the outputs
  * feed f16 and q8 roundings, where a one-ulp difference becomes a visible one. */
 #include "le_internal.h"
 
@@ -111,6 +111,68 @@ LE_TARGET_AVX2 static int64_t swiglu_256(int64_t n, float *y, const float *x, co
   return i;
 }
 
+/* The SSE2 form, what ggml's x86 builds without AVX2+FMA run (variants
+ * x64, sse42, sandybridge, ivybridge; piledriver too but with FMA): the
+ * AVX2 algorithm on 4 lanes, each multiply-add rounded twice (no FMA).
+ * Our scalar level uses it on x86, where SSE2 is always present. */
+static inline __m128 madd128(__m128 x, __m128 y, __m128 z) { return _mm_add_ps(_mm_mul_ps(x, y), z); }
+static inline __m128 nmadd128(__m128 x, __m128 y, __m128 z) { return _mm_sub_ps(z, _mm_mul_ps(x, y)); }
+
+static inline __m128 v_expf_128(__m128 x) {
+  const __m128 r = _mm_set1_ps(0x1.8p23f);
+  const __m128 z = madd128(x, _mm_set1_ps(0x1.715476p+0f), r);
+  const __m128 n = _mm_sub_ps(z, r);
+  const __m128 b = nmadd128(n, _mm_set1_ps(0x1.7f7d1cp-20f), nmadd128(n, _mm_set1_ps(0x1.62e4p-1f), x));
+  const __m128i e = _mm_slli_epi32(_mm_castps_si128(z), 23);
+  const __m128 k = _mm_castsi128_ps(_mm_add_epi32(e, _mm_castps_si128(_mm_set1_ps(1))));
+  const __m128 absn = _mm_andnot_ps(_mm_set1_ps(-0.0f), n);
+  const __m128i c = _mm_castps_si128(_mm_cmpgt_ps(absn, _mm_set1_ps(126)));
+  const __m128 u = _mm_mul_ps(b, b);
+  const __m128 j = madd128(madd128(madd128(_mm_set1_ps(0x1.0e4020p-7f), b, _mm_set1_ps(0x1.573e2ep-5f)), u,
+                                   madd128(_mm_set1_ps(0x1.555e66p-3f), b, _mm_set1_ps(0x1.fffdb6p-2f))),
+                           u, _mm_mul_ps(_mm_set1_ps(0x1.ffffecp-1f), b));
+  if (!_mm_movemask_epi8(c)) return madd128(j, k, k);
+  const __m128i g = _mm_and_si128(_mm_castps_si128(_mm_cmple_ps(n, _mm_setzero_ps())),
+                                  _mm_set1_epi32((int)0x82000000u));
+  const __m128 s1 = _mm_castsi128_ps(_mm_add_epi32(g, _mm_set1_epi32(0x7f000000)));
+  const __m128 s2 = _mm_castsi128_ps(_mm_sub_epi32(e, g));
+  const __m128 d = _mm_cmpgt_ps(absn, _mm_set1_ps(192));
+  const __m128 cf = _mm_castsi128_ps(c);
+  const __m128 mid_range = _mm_or_ps(_mm_and_ps(cf, _mm_mul_ps(madd128(s2, j, s2), s1)),
+                                     _mm_andnot_ps(cf, madd128(k, j, k)));
+  return _mm_or_ps(_mm_and_ps(d, _mm_mul_ps(s1, s1)), _mm_andnot_ps(d, mid_range));
+}
+
+static inline __m128 v_silu_128(__m128 x) {
+  const __m128 e = v_expf_128(_mm_sub_ps(_mm_setzero_ps(), x));
+  return _mm_div_ps(x, _mm_add_ps(_mm_set1_ps(1.0f), e));
+}
+
+/* 4 lanes at a time; each group's sum in the non-AVX builds' order
+ * (v0 + v1) + (v2 + v3) (x64, sse42; the AVX builds' (v0 + v2) + (v1 + v3)
+ * differs in the last bit now and then: tolerance only there). */
+static int64_t soft_max_128(int64_t n, float *y, const float *x, float max, double *sum) {
+  int64_t i = 0;
+  for (; i + 3 < n; i += 4) {
+    __m128 v = v_expf_128(_mm_sub_ps(_mm_loadu_ps(x + i), _mm_set1_ps(max)));
+    _mm_storeu_ps(y + i, v);
+    __m128 t = _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1));
+    v = _mm_add_ps(v, t);
+    t = _mm_movehl_ps(t, v);
+    v = _mm_add_ss(v, t);
+    *sum += (double)_mm_cvtss_f32(v);
+  }
+  return i;
+}
+
+static int64_t swiglu_128(int64_t n, float *y, const float *x, const float *g) {
+  int64_t i = 0;
+  for (; i + 3 < n; i += 4)
+    _mm_storeu_ps(y + i, g ? _mm_mul_ps(v_silu_128(_mm_loadu_ps(x + i)), _mm_loadu_ps(g + i))
+                           : v_silu_128(_mm_loadu_ps(x + i)));
+  return i;
+}
+
 static int has_avx512dq(void) {
   static int cached = -1;
   if (cached < 0) cached = __builtin_cpu_supports("avx512dq") ? 1 : 0;
@@ -125,6 +187,7 @@ double le_vec_soft_max_f32(int64_t n, float *y, const float *x, float max) {
   const int lvl = le_simd();
   if (lvl >= LE_SIMD_AVX512 && has_avx512dq()) i = soft_max_512(n, y, x, max, &sum);
   else if (lvl >= LE_SIMD_AVX2) i = soft_max_256(n, y, x, max, &sum);
+  else i = soft_max_128(n, y, x, max, &sum);
 #endif
   for (; i < n; i++) {
     const float e = expf(x[i] - max);
@@ -140,6 +203,7 @@ void le_vec_swiglu_f32(int64_t n, float *y, const float *x, const float *g) {
   const int lvl = le_simd();
   if (lvl >= LE_SIMD_AVX512 && has_avx512dq()) i = swiglu_512(n, y, x, g);
   else if (lvl >= LE_SIMD_AVX2) i = swiglu_256(n, y, x, g);
+  else i = swiglu_128(n, y, x, g);
 #endif
   for (; i < n; i++) y[i] = g ? silu_f32(x[i]) * g[i] : silu_f32(x[i]);
 }

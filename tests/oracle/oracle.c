@@ -4,6 +4,8 @@
  * changes between revisions. Compiled against the headers of the exact
  * revision the prebuilt binaries came from (see setup.ts).
  */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,15 +17,59 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *user) {
   (void)level; (void)text; (void)user;
 }
 
-/* Loads the CPU backend variants from bin_dir; must precede any context. */
-int32_t or_init(const char *bin_dir, int32_t verbose) {
+/* Loads the CPU backend from bin_dir; must precede any context. With an
+ * empty variant, ggml picks the best libggml-cpu-<variant>.so this CPU can
+ * run (what llama.cpp does); otherwise only libggml-cpu-<variant>.so is
+ * loaded. Returns 0, -1 when no backend loaded, -2 when the named variant
+ * is missing or this CPU cannot run it (ggml_backend_load refuses a
+ * variant whose ggml_backend_score is 0). */
+int32_t or_init(const char *bin_dir, int32_t verbose, const char *variant) {
   static int done = 0;
   if (done) return 0;
   if (!verbose) llama_log_set(quiet_log, NULL);
-  ggml_backend_load_all_from_path(bin_dir);
+  if (variant && variant[0]) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", bin_dir, variant);
+    if (!ggml_backend_load(path)) return -2;
+  } else {
+    ggml_backend_load_all_from_path(bin_dir);
+  }
   llama_backend_init();
   done = 1;
   return ggml_backend_reg_count() > 0 ? 0 : -1;
+}
+
+/* Writes the loaded CPU variant as "<name>\t<features>": the name from the
+ * file the CPU backend's code lives in (libggml-cpu-<name>.so), the features
+ * as ggml_backend_get_features lists them ("AVX2=1;FMA=1;..."). Returns the
+ * length, or -1 when no CPU backend is loaded. */
+int32_t or_cpu_variant(char *out, int32_t size) {
+  ggml_backend_reg_t reg = ggml_backend_reg_by_name("CPU");
+  if (!reg || size < 1) return -1;
+  void *fn = ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features");
+  const char *file = "?";
+  Dl_info info;
+  if (fn && dladdr(fn, &info) && info.dli_fname) file = info.dli_fname;
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  const char *prefix = "libggml-cpu-";
+  char name[128];
+  if (strncmp(base, prefix, strlen(prefix)) == 0) {
+    snprintf(name, sizeof name, "%s", base + strlen(prefix));
+    char *dot = strstr(name, ".so");
+    if (dot) *dot = 0;
+  } else {
+    snprintf(name, sizeof name, "%s", base);
+  }
+  int32_t n = snprintf(out, (size_t)size, "%s\t", name);
+  if (fn) {
+    const struct ggml_backend_feature *f = ((ggml_backend_get_features_t)fn)(reg);
+    for (; f && f->name && n < size; f++) {
+      n += snprintf(out + n, (size_t)(size - n), "%s%s=%s", n > (int32_t)strlen(name) + 1 ? ";" : "",
+                    f->name, f->value);
+    }
+  }
+  return n < size ? n : size - 1;
 }
 
 void *or_model_load(const char *path, int32_t vocab_only) {
@@ -121,4 +167,16 @@ int32_t or_quantize(const char *in, const char *out, int32_t ftype, int32_t n_th
   p.ftype = (enum llama_ftype)ftype;
   p.nthread = n_threads;
   return (int32_t)llama_model_quantize(in, out, &p);
+}
+
+/* ggml_backend_score of the CPU variant library at path (0: this CPU
+ * cannot run it; -1: no such library), without registering it: the same
+ * dlopen/score/dlclose ggml_backend_load_best does for every variant. */
+int32_t or_variant_score(const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return -1;
+  int (*score)(void) = (int (*)(void))dlsym(h, "ggml_backend_score");
+  const int32_t s = score ? score() : -1;
+  dlclose(h);
+  return s;
 }

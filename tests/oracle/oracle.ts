@@ -9,6 +9,10 @@
  *
  * @module
  */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { loadLibrary } from "../../ffi/library.ts";
+import { SimdLevel } from "../../ffi/symbols.ts";
 import { ensureOracle, ORACLE_BIN } from "./setup.ts";
 
 const enc = new TextEncoder();
@@ -23,7 +27,9 @@ export function cstr(s: string): Uint8Array<ArrayBuffer> {
 }
 
 const BASE = {
-  or_init: { parameters: ["buffer", "i32"], result: "i32" },
+  or_init: { parameters: ["buffer", "i32", "buffer"], result: "i32" },
+  or_cpu_variant: { parameters: ["buffer", "i32"], result: "i32" },
+  or_variant_score: { parameters: ["buffer"], result: "i32" },
   or_model_load: { parameters: ["buffer", "i32"], result: "pointer" },
   or_model_free: { parameters: ["pointer"], result: "void" },
   or_meta_count: { parameters: ["pointer"], result: "i32" },
@@ -188,7 +194,13 @@ export class OracleModel implements Disposable {
     return this.#lib.symbols.or_eos(this.ptr);
   }
 
-  /** A context for decoding (flash attention off, one sequence). */
+  /**
+   * A context for decoding (flash attention off, one sequence). One thread
+   * by default: ggml's threads busy-wait between ops, so on a loaded host a
+   * second oracle thread makes every graph wait for a preempted spinner,
+   * while results do not depend on the thread count (each output element
+   * is computed by one thread in a fixed order).
+   */
   context(
     opts: { nCtx?: number; nBatch?: number; threads?: number; kvType?: number } = {},
   ): OracleContext {
@@ -196,7 +208,7 @@ export class OracleModel implements Disposable {
       this.ptr,
       opts.nCtx ?? 256,
       opts.nBatch ?? 256,
-      opts.threads ?? 2,
+      opts.threads ?? 1,
       opts.kvType ?? 1,
     );
     if (!p) throw new Error("oracle: llama_init_from_model failed");
@@ -285,27 +297,217 @@ export function top2(l: Float32Array): [number, number] {
   return [b, l[b] - second];
 }
 
+/**
+ * The near-tie rule of every greedy comparison with llama.cpp: tokens are
+ * compared up to the first step where llama.cpp's own top-2 logit gap is
+ * below NEAR_TIE (there, a last-bit difference in summation order may pick
+ * either token, and the continuations may part); logits are compared at
+ * every step up to there. Both engines see the same tokens up to that
+ * step, so the comparison stays meaningful. Only llama.cpp's gap counts:
+ * the expectation comes from the oracle alone.
+ */
+export const NEAR_TIE = 0.01;
+
+/** Index of the first step whose llama.cpp top-2 gap is below {@link NEAR_TIE}, or gaps.length. */
+export function nearTieStep(gaps: readonly number[]): number {
+  const i = gaps.findIndex((g) => g < NEAR_TIE);
+  return i < 0 ? gaps.length : i;
+}
+
+/** Largest |a[i] - b[i]|. */
+export function maxAbsDiff(a: Float32Array, b: Float32Array): number {
+  assert.equal(a.length, b.length);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return m;
+}
+
+/** What {@link assertGreedyMatch} checked. */
+export interface GreedyMatch {
+  /** Steps compared: {@link nearTieStep} of llama.cpp's gaps. */
+  readonly upto: number;
+  /** Largest logit difference over those steps (0 when no logits were given). */
+  readonly worst: number;
+  /** First step where the tokens differ, anywhere in the run, or -1. */
+  readonly firstDifferent: number;
+}
+
+/**
+ * Asserts {@link NEAR_TIE}'s rule for a greedy run of ours against
+ * llama.cpp's (`want` from {@link OracleContext.greedy}): the same token at
+ * every step before llama.cpp's first near-tie, and, when both runs carry
+ * logits and `tol` is given, logits within `tol` at each of those steps.
+ */
+export function assertGreedyMatch(
+  label: string,
+  want: { tokens: readonly number[]; gaps: readonly number[]; logits?: readonly Float32Array[] },
+  got: { tokens: readonly number[]; logits?: readonly Float32Array[] },
+  tol?: number,
+): GreedyMatch {
+  const upto = nearTieStep(want.gaps);
+  let worst = 0;
+  for (let s = 0; s < upto; s++) {
+    assert.equal(
+      got.tokens[s],
+      want.tokens[s],
+      `${label}: step ${s}: ours ${got.tokens[s]}, llama.cpp ${want.tokens[s]} ` +
+        `(llama.cpp's top-2 gap ${want.gaps[s]}, not a near-tie)`,
+    );
+    if (tol !== undefined && want.logits && got.logits) {
+      const d = maxAbsDiff(got.logits[s], want.logits[s]);
+      worst = Math.max(worst, d);
+      assert.ok(d <= tol, `${label}: step ${s}: logits differ by ${d} (tolerance ${tol})`);
+    }
+  }
+  const firstDifferent = want.tokens.findIndex((t, i) => t !== got.tokens[i]);
+  return { upto, worst, firstDifferent };
+}
+
+/** Environment variable that makes the oracle load one CPU variant (e.g. "haswell"). */
+export const ORACLE_CPU_ENV = "LLM_EDGE_ORACLE_CPU";
+
+/** The llama.cpp CPU backend variant the oracle loaded. */
+export interface OracleCpu {
+  /** Variant name: "icelake", "haswell", "x64", ... (libggml-cpu-<name>.so). */
+  readonly name: string;
+  /** Features the variant was built for (ggml_backend_get_features: "AVX2" → "1", ...). */
+  readonly features: ReadonlyMap<string, string>;
+  /** Whether ORACLE_CPU_ENV chose it (else ggml picked the best one this CPU runs). */
+  readonly forced: boolean;
+  /**
+   * Our SIMD level whose kernels follow this variant's operation order:
+   * SimdLevel.AVX512 for AVX-512 variants, AVX2 for haswell/alderlake,
+   * SCALAR for x64; SCALAR too (closest, not exact) for sse42, sandybridge,
+   * ivybridge and piledriver.
+   */
+  readonly simdLevel: number;
+  /**
+   * Whether our kernels at simdLevel are meant to give this variant's bits
+   * (op-by-op parity applies); false: only the tolerance tests apply.
+   * kernels/PARITY.md §12 says which variants were checked on hardware.
+   */
+  readonly exact: boolean;
+  /** Why exact is false, or "". */
+  readonly reason: string;
+}
+
+/** How a variant maps onto our kernels (see {@link OracleCpu}). */
+export function variantLevel(
+  name: string,
+  features: ReadonlyMap<string, string>,
+): { simdLevel: number; exact: boolean; reason: string } {
+  const on = (f: string) => features.get(f) === "1";
+  if (on("AMX_INT8")) {
+    // AMX buffers take Q4_0/Q4_1/Q8_0/K-quant weights to kernels whose
+    // order we have not followed; F32/F16 would still match.
+    return {
+      simdLevel: SimdLevel.AVX512,
+      exact: false,
+      reason: `llama.cpp's ${name} variant runs AMX kernels we do not follow`,
+    };
+  }
+  if (on("AVX512")) return { simdLevel: SimdLevel.AVX512, exact: true, reason: "" };
+  if (on("AVX2") && on("FMA") && on("F16C")) {
+    return { simdLevel: SimdLevel.AVX2, exact: true, reason: "" };
+  }
+  if (!["SSE3", "SSSE3", "AVX", "F16C", "FMA"].some(on)) {
+    // x64: plain C plus SSE2 (ggml_v_expf), the order our scalar level follows
+    return { simdLevel: SimdLevel.SCALAR, exact: true, reason: "" };
+  }
+  return {
+    simdLevel: SimdLevel.SCALAR,
+    exact: false,
+    reason: `llama.cpp's ${name} variant (SSE3/AVX without AVX2+FMA+F16C) has no ` +
+      `bit-identical counterpart among our SIMD levels; tolerance tests only`,
+  };
+}
+
+let cpu: OracleCpu | null = null;
+
+/** The CPU variant the oracle loaded (loads the oracle first). */
+export async function oracleCpu(): Promise<OracleCpu> {
+  await loadOracle();
+  return cpu!;
+}
+
+/**
+ * ggml_backend_score of libggml-cpu-`name`.so: > 0 when this CPU can run the
+ * variant, 0 when it cannot, -1 when there is no such file. Does not load it
+ * as the oracle's backend.
+ */
+export async function variantScore(name: string): Promise<number> {
+  await loadOracle();
+  return base!.symbols.or_variant_score(cstr(join(ORACLE_BIN, `libggml-cpu-${name}.so`)));
+}
+
 /** The oracle library. */
 export interface Oracle {
   /** Loads a GGUF with llama.cpp. */
   load(path: string, opts?: { vocabOnly?: boolean }): OracleModel;
   /** llama_model_quantize (ftype from LlamaFtype). */
   quantize(input: string, output: string, ftype: number, threads?: number): void;
+  /** The CPU variant llama.cpp runs. */
+  readonly cpu: OracleCpu;
 }
 
-/** Installs (if needed) and opens llama.cpp; safe to call many times. */
+function readCpu(lib: Deno.DynamicLibrary<typeof BASE>, forced: boolean): OracleCpu {
+  const buf = new Uint8Array(1024);
+  const n = lib.symbols.or_cpu_variant(buf, buf.length);
+  if (n < 0) throw new Error("oracle: no CPU backend loaded");
+  const [name, list = ""] = dec.decode(buf.subarray(0, n)).split("\t");
+  const features = new Map<string, string>();
+  for (const kv of list.split(";")) {
+    const eq = kv.indexOf("=");
+    if (eq > 0) features.set(kv.slice(0, eq), kv.slice(eq + 1));
+  }
+  return { name, features, forced, ...variantLevel(name, features) };
+}
+
+/**
+ * Installs (if needed) and opens llama.cpp; safe to call many times.
+ *
+ * llama.cpp loads the best CPU variant this machine runs, or only the one
+ * named by the LLM_EDGE_ORACLE_CPU environment variable (e.g. "haswell" on
+ * an AVX-512 host). Every call also puts our kernels at the SIMD level that
+ * follows that variant's operation order ({@link OracleCpu.simdLevel}), so
+ * each comparison pairs matching orders even after a test changed the level.
+ */
 export async function loadOracle(): Promise<Oracle> {
   if (!base) {
     const path = await ensureOracle();
-    base = Deno.dlopen(path, BASE);
-    const rc = base.symbols.or_init(
-      new TextEncoder().encode(ORACLE_BIN + "\0"),
+    const lib = Deno.dlopen(path, BASE);
+    const variant = Deno.env.get(ORACLE_CPU_ENV) ?? "";
+    if (variant && !/^[a-z0-9_.]+$/.test(variant)) {
+      throw new Error(`oracle: ${ORACLE_CPU_ENV}=${variant} is not a variant name`);
+    }
+    const rc = lib.symbols.or_init(
+      cstr(ORACLE_BIN),
       Deno.env.get("ORACLE_VERBOSE") ? 1 : 0,
+      cstr(variant),
     );
+    if (rc === -2) {
+      throw new Error(
+        `oracle: ${ORACLE_CPU_ENV}=${variant}: ${ORACLE_BIN}/libggml-cpu-${variant}.so ` +
+          `is missing or this CPU cannot run it`,
+      );
+    }
     if (rc !== 0) throw new Error(`oracle: no ggml backend found in ${ORACLE_BIN}`);
+    cpu = readCpu(lib, variant !== "");
+    base = lib;
+    const set = (await loadLibrary()).symbols.le_set_simd_level(cpu.simdLevel);
+    if (set !== cpu.simdLevel) {
+      cpu = {
+        ...cpu,
+        simdLevel: set,
+        exact: false,
+        reason: `our kernels cannot run SIMD level ${cpu.simdLevel} on this CPU`,
+      };
+    }
   }
   const lib = base;
+  (await loadLibrary()).symbols.le_set_simd_level(cpu!.simdLevel);
   return {
+    cpu: cpu!,
     load(path, opts = {}) {
       const p = lib.symbols.or_model_load(cstr(path), opts.vocabOnly ? 1 : 0);
       if (!p) throw new Error(`oracle: llama.cpp could not load ${path}`);

@@ -31,7 +31,7 @@ let lib: Deno.DynamicLibrary<typeof SYMBOLS> | null = null;
 export interface OracleTapOptions {
   /** Context size (cache cells). Default 256. */
   nCtx?: number;
-  /** Threads. Default 2. */
+  /** Threads. Default 1 (see OracleModel.context). */
   threads?: number;
   /** ggml type of the K and V cache: 1 = F16 (default), 0 = F32. */
   kvType?: number;
@@ -69,7 +69,7 @@ export class OracleTapContext implements Disposable {
   /** Creates a recording context for `model`. */
   static async create(model: OracleModel, opts: OracleTapOptions = {}): Promise<OracleTapContext> {
     lib ??= await openOracle(SYMBOLS);
-    const h = lib.symbols.ord_new(model.ptr, opts.nCtx ?? 256, opts.threads ?? 2, opts.kvType ?? 1);
+    const h = lib.symbols.ord_new(model.ptr, opts.nCtx ?? 256, opts.threads ?? 1, opts.kvType ?? 1);
     if (!h) throw new Error("oracle_debug: llama_init_from_model failed");
     return new OracleTapContext(lib.symbols, h, model.nVocab);
   }
