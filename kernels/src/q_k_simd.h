@@ -71,6 +71,33 @@ LE_TARGET_AVX2 LE_INLINE __m256i le_load256(const void *p) {
   }                                                                                           \
   static const le_gemm_tiles name = {name##_t44, name##_t41, name##_t14, name##_t11};
 
+/* The same, but as llama.cpp splits a repacked mul_mat: ggml_gemm_* runs
+ * the columns in full groups of 4 (i11 < ne11 - ne11 % 4) and ggml_gemv_*
+ * the ne11 % 4 leftovers (all columns when ne11 < 4). mul_mat passes exactly
+ * those leftover columns to t44/t14 one at a time with by == 0 (see
+ * le_gemm_tiles), so by == 0 selects the gemv order there. */
+#define LE_K_REPACK_TILES_GEMV_TAIL(name, gemv, gemm)                                         \
+  static void name##_t44(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
+                         const void *y, size_t by) {                                          \
+    for (int c = 0; c < 4; c++)                                                               \
+      for (int r = 0; r < 4; r++)                                                             \
+        (by ? gemm : gemv)(n, s + c * bs + r, (const char *)x + r * bx,                       \
+                           (const char *)y + c * by);                                         \
+  }                                                                                           \
+  static void name##_t41(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
+                         const void *y, size_t by) {                                          \
+    for (int r = 0; r < 4; r++) gemv(n, s + r, (const char *)x + r * bx, y);                  \
+  }                                                                                           \
+  static void name##_t14(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
+                         const void *y, size_t by) {                                          \
+    for (int c = 0; c < 4; c++) (by ? gemm : gemv)(n, s + c * bs, x, (const char *)y + c * by); \
+  }                                                                                           \
+  static void name##_t11(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
+                         const void *y, size_t by) {                                          \
+    gemv(n, s, x, y);                                                                         \
+  }                                                                                           \
+  static const le_gemm_tiles name = {name##_t44, name##_t41, name##_t14, name##_t11};
+
 /* Defines name_avx2 and name_avx512 from one always-inline body
  * `name_body(n, s, vx, vy)`: the AVX-512 variant is the same algorithm built
  * for AVX-512VL (EVEX encoding, 32 vector registers). */

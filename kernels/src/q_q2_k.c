@@ -63,52 +63,68 @@ static void q2_k_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
-/* min term: sum over groups of m * (sum of the group's activations) */
-static inline int32_t q2_k_summs(const le_block_q2_k *x, const le_block_q8_k *y) {
-  int32_t s = 0;
-  for (int g = 0; g < 16; g++) s += (x->scales[g] >> 4) * y->bsums[g];
-  return s;
-}
-
+/* ggml's AVX2 q2_K dot (its non-repacked kernel on x86) in scalar form:
+ * 8 float lanes; per super-block lane l first takes the min products of
+ * groups 2l and 2l+1 (scaled by -dmin), then the scaled code sums of bytes
+ * 4l..4l+3 of every 32-code chunk (scaled by d), each by one fma; the lanes
+ * are reduced at the end. */
 static void dot_q2_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q2_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
-  uint8_t qu[LE_QK_K];
+  float acc[8] = {0};
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
-    for (int e = 0; e < LE_QK_K; e++)
-      qu[e] = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-    int32_t isum = 0;
-    for (int g = 0; g < 16; g++)
-      isum += (x[i].scales[g] & 0xF) * le_kdot_scalar(qu + 16 * g, y[i].qs + 16 * g, 16);
-    const float dall = y[i].d * le_fp16_to_fp32(x[i].d);
-    const float dmin = y[i].d * le_fp16_to_fp32(x[i].dmin);
-    sum += dall * (float)isum - dmin * (float)q2_k_summs(&x[i], &y[i]);
+    int32_t lane[8] = {0};
+    for (int e = 0; e < LE_QK_K; e++) {
+      const int q = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      lane[(e % 32) / 4] += (x[i].scales[e / 16] & 0xF) * (q * y[i].qs[e]);
+    }
+    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
+    const float mdmin = -y[i].d * le_fp16_to_fp32(x[i].dmin);
+    for (int l = 0; l < 8; l++) {
+      const int32_t mp = (x[i].scales[2 * l] >> 4) * y[i].bsums[2 * l] +
+                         (x[i].scales[2 * l + 1] >> 4) * y[i].bsums[2 * l + 1];
+      acc[l] = fmaf(mdmin, (float)mp, acc[l]);
+      acc[l] = fmaf(d, (float)lane[l], acc[l]);
+    }
   }
-  *s = sum;
+  *s = le_hsum8_scalar(acc);
 }
 
 #if defined(LE_X86)
+/* ggml_vec_dot_q2_K_q8_K's AVX2 order, the kernel llama.cpp runs for q2_K
+ * weights it does not repack (all of them in its haswell build; ne1 % 8 != 0
+ * in its AVX-512 builds, whose vec_dot has no AVX-512 branch): per
+ * super-block, acc = fma(-dmin, mins . bsums in 8 lanes (groups 2l, 2l+1),
+ * acc), then acc = fma(d, code sums in 8 lanes, acc); hsum_float_8 at the
+ * end. Integer lane l holds bytes 4l..4l+3 of every 32-code chunk, each
+ * group's scale applied to 16-bit pair sums. At the AVX-512 level mul_mat
+ * always takes the repack tiles below, so this form only serves le_vec_dot
+ * there. */
 LE_TARGET_AVX2 LE_INLINE void dot_q2_k_body(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q2_k *x = vx;
   const le_block_q8_k *y = vy;
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
-    __m256i acc = _mm256_setzero_si256();
+    const float d = y[i].d * le_h2f(x[i].d);
+    const float mdmin = -y[i].d * le_h2f(x[i].dmin);
+    const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0f)));
+    const __m256i prod = _mm256_madd_epi16(mins, le_load256(y[i].bsums));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(mdmin), _mm256_cvtepi32_ps(prod), acc);
+    __m256i sumi = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
       const __m256i q = le_load256(x[i].qs + 32 * h);
       for (int k = 0; k < 4; k++) {
         const int c = 4 * h + k;
-        acc = _mm256_add_epi32(acc, le_kdot32_avx2(le_shr_mask_avx2(q, 2 * k, 3),
-                                                   y[i].qs + 32 * c, x[i].scales[2 * c] & 0xF,
-                                                   x[i].scales[2 * c + 1] & 0xF));
+        sumi = _mm256_add_epi32(sumi, le_kdot32_avx2(le_shr_mask_avx2(q, 2 * k, 3),
+                                                     y[i].qs + 32 * c, x[i].scales[2 * c] & 0xF,
+                                                     x[i].scales[2 * c + 1] & 0xF));
       }
     }
-    const float dall = y[i].d * le_h2f(x[i].d);
-    const float dmin = y[i].d * le_h2f(x[i].dmin);
-    sum += dall * (float)le_hsum_i32_avx2(acc) - dmin * (float)q2_k_summs(&x[i], &y[i]);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  *s = sum;
+  *s = le_hsum_ps256(acc);
 }
 LE_K_SIMD_VARIANTS(dot_q2_k)
 

@@ -49,7 +49,8 @@ static void q5_k_from_float_ref(const float *x, void *vy, int64_t n) {
 }
 
 /* The AVX2 order below in scalar form: lane l takes bytes 4l..4l+3 of every
- * 32-code group; the min terms form a separate scalar sum. */
+ * 32-code group; the min terms form a separate scalar sum, which ggml's
+ * build (-ffp-contract=fast) turns into one fma per super-block. */
 static void dot_q5_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q5_k *x = vx;
   const le_block_q8_k *y = vy;
@@ -62,7 +63,7 @@ static void dot_q5_k_scalar(int64_t n, float *s, const void *vx, const void *vy)
       lane[(e % 32) / 4] += sc[e / 32] * (q5_k_code(&x[i], e) * y[i].qs[e]);
     const float d = y[i].d * le_fp16_to_fp32(x[i].d);
     const float mdmin = -y[i].d * le_fp16_to_fp32(x[i].dmin);
-    summs += mdmin * (float)le_summs_k4(m, &y[i]);
+    summs = fmaf(mdmin, (float)le_summs_k4(m, &y[i]), summs);
     for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
   }
   *s = le_hsum8_scalar(acc) + summs;
@@ -71,8 +72,13 @@ static void dot_q5_k_scalar(int64_t n, float *s, const void *vx, const void *vy)
 #if defined(LE_X86)
 /* ggml's AVX2 order (the one its icelake build runs): each super-block's
  * 8 int32 lanes are scaled into a float vector accumulator by one fma, the
- * min terms go to a separate scalar sum, and the two meet at the end. */
-LE_TARGET_AVX2 LE_INLINE void dot_q5_k_body(int64_t n, float *s, const void *vx, const void *vy) {
+ * min terms go to a separate scalar sum, and the two meet at the end.
+ * `summs += dmin * (float)isum` is compiled to an fma in both llama.cpp
+ * builds (vfmadd231ss in libggml-cpu-haswell.so and -icelake.so); fma_summs
+ * selects that (AVX2 level) or a rounded product (AVX-512 level, kept as
+ * it was until it can be re-checked on an AVX-512 host). */
+LE_TARGET_AVX2 LE_INLINE void dot_q5_k_body(int64_t n, float *s, const void *vx, const void *vy,
+                                            int fma_summs) {
   const le_block_q5_k *x = vx;
   const le_block_q8_k *y = vy;
   __m256 accf = _mm256_setzero_ps();
@@ -94,12 +100,23 @@ LE_TARGET_AVX2 LE_INLINE void dot_q5_k_body(int64_t n, float *s, const void *vx,
     }
     const float d = y[i].d * le_h2f(x[i].d);
     const float mdmin = -y[i].d * le_h2f(x[i].dmin);
-    summs += mdmin * (float)le_summs_k4(m, &y[i]);
+    if (fma_summs) {
+      summs = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(mdmin),
+                                         _mm_set_ss((float)le_summs_k4(m, &y[i])),
+                                         _mm_set_ss(summs)));
+    } else {
+      summs += mdmin * (float)le_summs_k4(m, &y[i]);
+    }
     accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
   }
   *s = le_hsum_ps256(accf) + summs;
 }
-LE_K_SIMD_VARIANTS(dot_q5_k)
+LE_TARGET_AVX2 static void dot_q5_k_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+  dot_q5_k_body(n, s, vx, vy, 1);
+}
+LE_TARGET_AVX512 static void dot_q5_k_avx512(int64_t n, float *s, const void *vx, const void *vy) {
+  dot_q5_k_body(n, s, vx, vy, 0);
+}
 #endif
 
 const le_type_traits le_traits_q5_k = {
