@@ -10,13 +10,14 @@
  * and its length leaves a remainder of 3 columns so both forms run.
  *
  * Bit-identity needs our SIMD level to follow the CPU variant llama.cpp
- * loaded: AVX-512 ↔ its icelake build, AVX2 ↔ its haswell build. The test runs
- * where we detect one of those levels and is skipped (reason printed)
- * elsewhere. A failure names the first tensor, in execution order, that differs.
+ * loaded (tests/oracle/oracle.ts `OracleCpu`): AVX-512 ↔ its icelake build,
+ * AVX2 ↔ its haswell build. For other variants (x64's generic quant dots,
+ * pre-AVX2 builds, AMX) the test is skipped with the reason printed. A
+ * failure names the first tensor, in execution order, that differs.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { loadLibrary } from "../ffi/library.ts";
+import { SimdLevel } from "../ffi/symbols.ts";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { loadOracle, type OracleModel } from "./oracle/oracle.ts";
@@ -54,12 +55,20 @@ const PRESETS: [string, number][] = [
   ["Q3_K_L", 13],
 ];
 
-const lib = await loadLibrary();
-const features = lib.symbols.le_cpu_features();
-const SIMD = features & 2 ? "AVX-512" : features & 1 ? "AVX2" : null;
-if (!SIMD) {
-  console.log("parity_quant_ops_test: skipped, no AVX2 or AVX-512 SIMD level on this host");
-}
+const cpu = (await loadOracle()).cpu;
+const SIMD = !cpu.exact
+  ? null
+  : cpu.simdLevel === SimdLevel.AVX512
+  ? "AVX-512"
+  : cpu.simdLevel === SimdLevel.AVX2
+  ? "AVX2"
+  : null;
+const SKIP = SIMD
+  ? ""
+  : cpu.exact
+  ? `llama.cpp's ${cpu.name} variant runs ggml's generic quant dots, which our scalar level does not follow`
+  : cpu.reason;
+if (SKIP) console.log(`parity_quant_ops_test: skipped: ${SKIP}`);
 
 /** tolstoy-6m quantized by llama.cpp to `ftype` (cached in .cache/models). */
 async function quantized(name: string, ftype: number): Promise<string> {
@@ -162,9 +171,8 @@ async function checkPreset(path: string): Promise<void> {
 
 for (const [name, ftype] of PRESETS) {
   Deno.test({
-    name: `tolstoy ${name} (${
-      SIMD ?? "no SIMD"
-    }): batch logits and every decode op bit-identical to llama.cpp`,
+    name: `tolstoy ${name} (our ${SIMD ?? "-"} vs llama.cpp's ${cpu.name}): batch logits and ` +
+      `every decode op bit-identical${SKIP ? ` [skipped: ${SKIP}]` : ""}`,
     ignore: !SIMD,
     sanitizeResources: false,
     fn: async () => await checkPreset(await quantized(name, ftype)),

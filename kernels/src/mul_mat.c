@@ -41,9 +41,13 @@ static int contiguous(const le_tensor *t, size_t esize) {
  * AVX-512, 8 on AVX2), M % 4 == 0, and for F32 a contiguous src1 (F16
  * converts src1 first, so any layout). */
 static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
-  const le_gemm_tiles *own = t->gemm[le_simd()];
-  if (own) return own;
   const le_tensor *a = &n->src[0], *b = &n->src[1];
+  /* A type's own tiles are llama.cpp's repacked kernels, and llama.cpp
+   * repacks only 2-D weights whose ne1 is a multiple of 8; other weights of
+   * those types run its plain vec_dot, so ours must too. */
+  const le_gemm_tiles *own = t->gemm[le_simd()];
+  if (own && a->ne[1] % 8 == 0 && a->ne[2] == 1 && a->ne[3] == 1) return own;
+  if (own) return NULL;
   if (t->type == LE_TYPE_F32 || t->type == LE_TYPE_F16) {
     const int kn = le_tinyblas_kn();
     const int ok = kn && b->ne[1] >= 2 && a->ne[0] % kn == 0 && a->ne[1] % 4 == 0 &&

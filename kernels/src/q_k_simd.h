@@ -45,38 +45,14 @@ LE_TARGET_AVX2 LE_INLINE __m256i le_load256(const void *p) {
 }
 #endif
 
-/* Tiles (le_gemm_tiles) for a type llama.cpp repacks on x86: mul_mat hands
- * a column to the 4-column tiles exactly when llama.cpp's repacked mul_mat
- * would run it through ggml_gemm_* (full groups of 4 columns), and to the
- * 1-column tiles when it would use ggml_gemv_* (the ne11 % 4 leftovers), so
- * each tile calls the per-element dot in that kernel's order. */
+/* Tiles (le_gemm_tiles) for a type llama.cpp repacks on x86, split as its
+ * repacked mul_mat splits the columns: ggml_gemm_* runs them in full groups
+ * of 4 (i11 < ne11 - ne11 % 4) and ggml_gemv_* the ne11 % 4 leftovers (all
+ * columns when ne11 < 4). mul_mat passes exactly those leftover columns to
+ * t44/t14 one at a time with by == 0 (see le_gemm_tiles), so by == 0 selects
+ * the gemv order there; each tile calls the per-element dot in that
+ * kernel's order. */
 #define LE_K_REPACK_TILES(name, gemv, gemm)                                                   \
-  static void name##_t44(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
-                         const void *y, size_t by) {                                          \
-    for (int c = 0; c < 4; c++)                                                               \
-      for (int r = 0; r < 4; r++)                                                             \
-        gemm(n, s + c * bs + r, (const char *)x + r * bx, (const char *)y + c * by);          \
-  }                                                                                           \
-  static void name##_t41(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
-                         const void *y, size_t by) {                                          \
-    for (int r = 0; r < 4; r++) gemv(n, s + r, (const char *)x + r * bx, y);                  \
-  }                                                                                           \
-  static void name##_t14(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
-                         const void *y, size_t by) {                                          \
-    for (int c = 0; c < 4; c++) gemm(n, s + c * bs, x, (const char *)y + c * by);             \
-  }                                                                                           \
-  static void name##_t11(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
-                         const void *y, size_t by) {                                          \
-    gemv(n, s, x, y);                                                                         \
-  }                                                                                           \
-  static const le_gemm_tiles name = {name##_t44, name##_t41, name##_t14, name##_t11};
-
-/* The same, but as llama.cpp splits a repacked mul_mat: ggml_gemm_* runs
- * the columns in full groups of 4 (i11 < ne11 - ne11 % 4) and ggml_gemv_*
- * the ne11 % 4 leftovers (all columns when ne11 < 4). mul_mat passes exactly
- * those leftover columns to t44/t14 one at a time with by == 0 (see
- * le_gemm_tiles), so by == 0 selects the gemv order there. */
-#define LE_K_REPACK_TILES_GEMV_TAIL(name, gemv, gemm)                                         \
   static void name##_t44(int64_t n, float *s, size_t bs, const void *x, size_t bx,            \
                          const void *y, size_t by) {                                          \
     for (int c = 0; c < 4; c++)                                                               \

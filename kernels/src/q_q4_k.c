@@ -236,13 +236,13 @@ LE_TARGET_AVX2 static void q4_k_gemv_avx2(int64_t n, float *s, const void *vx, c
 LE_TARGET_AVX2 static void q4_k_gemm_avx2(int64_t n, float *s, const void *vx, const void *vy) {
   *s = q4_k_repack_dot(n, vx, vy, 1, q4_k_chunks_avx2);
 }
-/* AVX2 and scalar: leftover columns in gemv order, as llama.cpp (both its
- * haswell and icelake builds) runs them. The AVX-512 level keeps computing
- * them in gemm order until that can be re-checked on an AVX-512 host. */
-LE_K_REPACK_TILES_GEMV_TAIL(q4_k_tiles_avx2, q4_k_gemv_avx2, q4_k_gemm_avx2)
+/* Leftover columns in gemv order at every level: llama.cpp's split of a
+ * repacked mul_mat (repack.cpp forward_mul_mat) is the same C++ in all its
+ * x86 builds. */
+LE_K_REPACK_TILES(q4_k_tiles_avx2, q4_k_gemv_avx2, q4_k_gemm_avx2)
 LE_K_REPACK_TILES(q4_k_tiles_avx512, q4_k_gemv_avx2, q4_k_gemm_avx2)
 #endif
-LE_K_REPACK_TILES_GEMV_TAIL(q4_k_tiles_scalar, q4_k_gemv_scalar, q4_k_gemm_scalar)
+LE_K_REPACK_TILES(q4_k_tiles_scalar, q4_k_gemv_scalar, q4_k_gemm_scalar)
 
 const le_type_traits le_traits_q4_k = {
     .type = LE_TYPE_Q4_K,

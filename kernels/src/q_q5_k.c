@@ -74,9 +74,9 @@ static void dot_q5_k_scalar(int64_t n, float *s, const void *vx, const void *vy)
  * 8 int32 lanes are scaled into a float vector accumulator by one fma, the
  * min terms go to a separate scalar sum, and the two meet at the end.
  * `summs += dmin * (float)isum` is compiled to an fma in both llama.cpp
- * builds (vfmadd231ss in libggml-cpu-haswell.so and -icelake.so); fma_summs
- * selects that (AVX2 level) or a rounded product (AVX-512 level, kept as
- * it was until it can be re-checked on an AVX-512 host). */
+ * builds (vfmadd231ss in libggml-cpu-haswell.so and -icelake.so), so both
+ * levels fuse it; fma_summs = 0 (a rounded product) is what ggml's generic
+ * C would do without contraction. */
 LE_TARGET_AVX2 LE_INLINE void dot_q5_k_body(int64_t n, float *s, const void *vx, const void *vy,
                                             int fma_summs) {
   const le_block_q5_k *x = vx;
@@ -115,7 +115,7 @@ LE_TARGET_AVX2 static void dot_q5_k_avx2(int64_t n, float *s, const void *vx, co
   dot_q5_k_body(n, s, vx, vy, 1);
 }
 LE_TARGET_AVX512 static void dot_q5_k_avx512(int64_t n, float *s, const void *vx, const void *vy) {
-  dot_q5_k_body(n, s, vx, vy, 0);
+  dot_q5_k_body(n, s, vx, vy, 1);
 }
 #endif
 
