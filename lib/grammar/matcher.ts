@@ -10,6 +10,7 @@
  *
  * @module
  */
+import { GrammarError, GrammarMatchError } from "./errors.ts";
 import { GreType, type ParsedGrammar } from "./parser.ts";
 
 /** An interned grammar stack (bottom .. top element positions). */
@@ -176,7 +177,8 @@ export class CompiledGrammar {
         const s = this.#intern(cur);
         if (!outSeen.has(s)) outSeen.add(s), out.push(s);
       } else {
-        throw new Error(`grammar: stack left on element type ${t} at ${pos}`);
+        // Only a hand-built ParsedGrammar can get here; parseGrammar never emits one.
+        throw new GrammarError(`grammar: stack left on element type ${t} at ${pos}`);
       }
     }
     this.#advanced.set(key, out);
@@ -320,7 +322,7 @@ export class GrammarState {
     }
     const next = unionStacks(lists);
     if (next.length === 0) {
-      throw new Error(`grammar: token ${id} cannot continue the grammar`);
+      throw new GrammarMatchError(`token ${id} cannot continue the grammar`, id);
     }
     this.stacks = next;
     this.partial = partial;

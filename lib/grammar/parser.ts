@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { GrammarError } from "./errors.ts";
 
 /** Element types, numbered as llama.cpp's `llama_gretype`. */
 export const GreType = {
@@ -44,7 +45,7 @@ export interface ParseGrammarOptions {
 }
 
 /** A malformed or unsupported grammar, located by line and column (1-based). */
-export class GrammarSyntaxError extends Error {
+export class GrammarSyntaxError extends GrammarError {
   /** 1-based line. */
   readonly line: number;
   /** 1-based column (in UTF-16 units). */
