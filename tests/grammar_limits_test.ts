@@ -94,3 +94,16 @@ Deno.test("a grammar that admits no token raises GrammarMatchError (llama.cpp al
   assert.throws(() => ours.accept(eos), (e) => e instanceof GrammarMatchError);
   assert.ok(new GrammarMatchError("m") instanceof GrammarError);
 });
+
+Deno.test("left recursion hidden behind a nullable rule is a GrammarError, not endless expansion", () => {
+  // llama.cpp's check only sees syntactically empty alternatives, so it builds
+  // this grammar and then expands `e` forever; we stop with a typed error.
+  const src = 'root ::= e\ne ::= ws e ")" | "a"\nws ::= [ ]*';
+  const g = parseGrammar(src);
+  assert.throws(
+    () => new CompiledGrammar(g),
+    (e) => e instanceof GrammarError && /without consuming input/.test(e.message),
+  );
+  // Right recursion through the same nullable rule is fine.
+  assert.ok(matches('root ::= e\ne ::= "(" ws e ")" | "a"\nws ::= [ ]*', "( ( a))"));
+});

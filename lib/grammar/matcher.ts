@@ -147,8 +147,20 @@ export class CompiledGrammar {
     const outSeen = new Set<GrammarStack>();
     const todo: (number[] | Int32Array)[] = [raw];
     const seen = new Set<string>();
+    // Without consuming input a stack grows by at most one element per rule
+    // being expanded, and each rule can be mid-expansion once — unless a rule
+    // reaches itself through a prefix that may be empty only via other rules
+    // (`e ::= ws e ")"`, `ws ::= [ ]*`), which llama.cpp's left-recursion check
+    // misses and its matcher then expands forever. Past this bound it is that.
+    const limit = raw.length + this.ruleStart.length + 2;
     while (todo.length) {
       const cur = todo.pop()!;
+      if (cur.length > limit) {
+        throw new GrammarError(
+          "grammar: a rule expands to itself without consuming input " +
+            "(left recursion through a rule that may be empty)",
+        );
+      }
       const k = cur.join(",");
       if (seen.has(k)) continue;
       seen.add(k);
