@@ -65,6 +65,7 @@ export { SamplerChain, samplerChainFromOptions, type SamplingOptions } from "./l
 export { applyCfg } from "./lib/sample/cfg.ts";
 export { GrammarSampler } from "./lib/grammar/sampler.ts";
 export { GrammarSyntaxError, parseGrammar } from "./lib/grammar/parser.ts";
+export { GrammarError, GrammarMatchError, JsonSchemaError } from "./lib/grammar/errors.ts";
 export { type JsonSchema, jsonSchemaToGrammar } from "./lib/grammar/json_schema.ts";
 
 // quantization

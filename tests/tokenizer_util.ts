@@ -182,3 +182,55 @@ export function randomText(r: () => number, specials: string[]): string {
   }
   return s;
 }
+
+// Devanagari with its signs (virama, nukta, matras, candrabindu, visarga),
+// Cyrillic with combining stress/diaeresis, Arabic with harakat, shadda and
+// superscript alef, plus the joiners that sit between such marks.
+const MIXED = [
+  "हिन्दी",
+  "क्षत्रिय",
+  "क़ि",
+  "\u0915\u093c",
+  "\u0958",
+  "ँ",
+  "ं",
+  "ः",
+  "\u094d",
+  "ि",
+  "Привет",
+  "Ёжик",
+  "ё",
+  "й",
+  "и\u0306",
+  "е\u0308",
+  "о\u0301",
+  "\u0301",
+  "العربية",
+  "عَرَبِيّ",
+  "بّ",
+  "ـً",
+  "\u0670",
+  "\u0651",
+  "\u064b\u064c",
+  "\u200c",
+  "\u200d",
+];
+const MIXED_BLOCKS: [number, number][] = [[0x900, 0x97f], [0x400, 0x4ff], [0x600, 0x6ff], [
+  0x300,
+  0x36f,
+]];
+
+/** A random string mixing Devanagari, Cyrillic and Arabic with combining marks. */
+export function mixedScriptText(r: () => number): string {
+  const n = 1 + Math.floor(r() * 12);
+  let s = "";
+  for (let i = 0; i < n; i++) {
+    const k = r();
+    if (k < 0.6) s += MIXED[Math.floor(r() * MIXED.length)];
+    else if (k < 0.85) {
+      const [a, b] = MIXED_BLOCKS[Math.floor(r() * MIXED_BLOCKS.length)];
+      s += String.fromCodePoint(a + Math.floor(r() * (b - a + 1)));
+    } else s += r() < 0.5 ? " " : "A";
+  }
+  return s;
+}

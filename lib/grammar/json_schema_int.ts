@@ -1,8 +1,10 @@
 /**
- * GBNF for integers within [min, max] (either bound may be infinite), as
+ * GBNF for integers within [min, max] (either bound may be absent), as
  * llama.cpp's build_min_max_int writes it: digit-by-digit ranges, numbers
  * of each digit count in turn, no leading zeros, at most 16 digits when a
- * side is open.
+ * side is open. Bounds are BigInts: llama.cpp works on int64_t, and a JS
+ * number stops being exact (and prints as "1e+21") long before that range
+ * ends.
  *
  * @module
  */
@@ -11,15 +13,18 @@ function digits(c: string, d: number): string {
   return String.fromCharCode(c.charCodeAt(0) + d);
 }
 
-/** Alternatives (without outer parentheses) matching integers in [min, max]. */
+/**
+ * Alternatives (without outer parentheses) matching integers in [min, max];
+ * `null` is an open side. The caller keeps the bounds inside int64 and
+ * `min <= max`, as llama.cpp's converter needs.
+ */
 export function buildMinMaxInt(
-  min: number,
-  max: number,
+  min: bigint | null,
+  max: bigint | null,
   decimalsLeft = 16,
   topLevel = true,
 ): string {
   let out = "";
-  const hasMin = min !== -Infinity, hasMax = max !== Infinity;
   const range = (from: string, to: string) => {
     out += from === to ? `[${from}]` : `[${from}-${to}]`;
   };
@@ -30,6 +35,7 @@ export function buildMinMaxInt(
     if (maxD !== minD) out += "," + (maxD === Infinity ? "" : maxD);
     out += "}";
   };
+  // Recursion depth is bounded by the digit count (at most 19 for int64).
   const uniform = (from: string, to: string): void => {
     let i = 0;
     while (i < from.length && i < to.length && from[i] === to[i]) i++;
@@ -71,11 +77,11 @@ export function buildMinMaxInt(
     }
   };
 
-  if (hasMin && hasMax) {
-    if (min < 0 && max < 0) return `"-" (${buildMinMaxInt(-max, -min, decimalsLeft, true)})`;
-    if (min < 0) {
-      out += `"-" (${buildMinMaxInt(0, -min, decimalsLeft, true)}) | `;
-      min = 0;
+  if (min !== null && max !== null) {
+    if (min < 0n && max < 0n) return `"-" (${buildMinMaxInt(-max, -min, decimalsLeft, true)})`;
+    if (min < 0n) {
+      out += `"-" (${buildMinMaxInt(0n, -min, decimalsLeft, true)}) | `;
+      min = 0n;
     }
     let minS = String(min);
     const maxS = String(max);
@@ -88,16 +94,16 @@ export function buildMinMaxInt(
     return out;
   }
   const less = Math.max(decimalsLeft - 1, 1);
-  if (hasMin) {
-    if (min < 0) {
-      out += `"-" (${buildMinMaxInt(-Infinity, -min, decimalsLeft, false)}) | [0] | [1-9] `;
+  if (min !== null) {
+    if (min < 0n) {
+      out += `"-" (${buildMinMaxInt(null, -min, decimalsLeft, false)}) | [0] | [1-9] `;
       more(0, decimalsLeft - 1);
-    } else if (min === 0) {
+    } else if (min === 0n) {
       if (topLevel) {
         out += "[0] | [1-9] ";
         more(0, less);
       } else more(1, decimalsLeft);
-    } else if (min <= 9) {
+    } else if (min <= 9n) {
       const c = String(min), start = topLevel ? "1" : "0";
       if (c > start) {
         range(start, digits(c, -1));
@@ -117,7 +123,8 @@ export function buildMinMaxInt(
         out += " | ";
       }
       range(c, c);
-      out += ` (${buildMinMaxInt(Number(minS.slice(1)), Infinity, less, false)})`;
+      // As llama.cpp (std::stoll of the rest): leading zeros of the rest are lost.
+      out += ` (${buildMinMaxInt(BigInt(minS.slice(1)), null, less, false)})`;
       if (c < "9") {
         out += " | ";
         range(digits(c, 1), "9");
@@ -127,18 +134,18 @@ export function buildMinMaxInt(
     }
     return out;
   }
-  if (hasMax) {
-    if (max >= 0) {
+  if (max !== null) {
+    if (max >= 0n) {
       if (topLevel) {
         out += '"-" [1-9] ';
         more(0, less);
         out += " | ";
       }
-      out += buildMinMaxInt(0, max, decimalsLeft, true);
+      out += buildMinMaxInt(0n, max, decimalsLeft, true);
     } else {
-      out += `"-" (${buildMinMaxInt(-max, Infinity, decimalsLeft, false)})`;
+      out += `"-" (${buildMinMaxInt(-max, null, decimalsLeft, false)})`;
     }
     return out;
   }
-  throw new Error("buildMinMaxInt: at least one bound is needed");
+  throw new RangeError("buildMinMaxInt: at least one bound is needed");
 }

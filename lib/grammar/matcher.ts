@@ -10,6 +10,7 @@
  *
  * @module
  */
+import { GrammarError, GrammarMatchError } from "./errors.ts";
 import { GreType, type ParsedGrammar } from "./parser.ts";
 
 /** An interned grammar stack (bottom .. top element positions). */
@@ -146,8 +147,20 @@ export class CompiledGrammar {
     const outSeen = new Set<GrammarStack>();
     const todo: (number[] | Int32Array)[] = [raw];
     const seen = new Set<string>();
+    // Without consuming input a stack grows by at most one element per rule
+    // being expanded, and each rule can be mid-expansion once — unless a rule
+    // reaches itself through a prefix that may be empty only via other rules
+    // (`e ::= ws e ")"`, `ws ::= [ ]*`), which llama.cpp's left-recursion check
+    // misses and its matcher then expands forever. Past this bound it is that.
+    const limit = raw.length + this.ruleStart.length + 2;
     while (todo.length) {
       const cur = todo.pop()!;
+      if (cur.length > limit) {
+        throw new GrammarError(
+          "grammar: a rule expands to itself without consuming input " +
+            "(left recursion through a rule that may be empty)",
+        );
+      }
       const k = cur.join(",");
       if (seen.has(k)) continue;
       seen.add(k);
@@ -176,7 +189,8 @@ export class CompiledGrammar {
         const s = this.#intern(cur);
         if (!outSeen.has(s)) outSeen.add(s), out.push(s);
       } else {
-        throw new Error(`grammar: stack left on element type ${t} at ${pos}`);
+        // Only a hand-built ParsedGrammar can get here; parseGrammar never emits one.
+        throw new GrammarError(`grammar: stack left on element type ${t} at ${pos}`);
       }
     }
     this.#advanced.set(key, out);
@@ -320,7 +334,7 @@ export class GrammarState {
     }
     const next = unionStacks(lists);
     if (next.length === 0) {
-      throw new Error(`grammar: token ${id} cannot continue the grammar`);
+      throw new GrammarMatchError(`token ${id} cannot continue the grammar`, id);
     }
     this.stacks = next;
     this.partial = partial;

@@ -21,6 +21,7 @@ import {
   stackAccepts,
   unionStacks,
 } from "./matcher.ts";
+import { GrammarMatchError } from "./errors.ts";
 import { parseGrammar, type ParseGrammarOptions } from "./parser.ts";
 
 /** The vocabulary facts the grammar needs. */
@@ -206,19 +207,42 @@ export class GrammarSampler {
     return this.#allowsSlow(id);
   }
 
-  /** Sets the logit of every disallowed candidate to -inf (llama_grammar_apply_impl). */
+  /**
+   * Sets the logit of every disallowed candidate to -inf
+   * (llama_grammar_apply_impl). Throws {@link GrammarMatchError} when the
+   * grammar admits no token of the whole vocabulary: llama.cpp would sample
+   * from all -inf logits and fail at accept; this says why, one step earlier.
+   */
   apply(c: TokenCandidates): void {
     if (c.size === 1) {
-      if (!this.allows(c.ids[0])) c.logits[0] = -Infinity;
+      if (!this.allows(c.ids[0])) {
+        c.logits[0] = -Infinity;
+        this.#checkAdmitsSome(this.allowedMask());
+      }
       return;
     }
     const a = this.allowedMask();
-    for (let i = 0; i < c.size; i++) if (!a[c.ids[i]]) c.logits[i] = -Infinity;
+    let any = false;
+    for (let i = 0; i < c.size; i++) {
+      if (!a[c.ids[i]]) c.logits[i] = -Infinity;
+      else any = true;
+    }
+    if (!any) this.#checkAdmitsSome(a);
+  }
+
+  #checkAdmitsSome(mask: Uint8Array): void {
+    if (mask.indexOf(1) >= 0) return;
+    throw new GrammarMatchError(
+      this.state.canEnd
+        ? "the grammar is complete but the vocabulary has no end-of-generation token"
+        : "the grammar admits no token of the vocabulary here",
+    );
   }
 
   /**
    * Advances by a chosen token (llama_grammar_accept_impl). EOG is accepted
-   * only where the grammar can end; throws when the token cannot continue.
+   * only where the grammar can end; throws {@link GrammarMatchError} when the
+   * token cannot continue.
    */
   accept(token: number): void {
     const ix = this.index;
@@ -227,7 +251,10 @@ export class GrammarSampler {
     }
     if (ix.isEog[token]) {
       if (this.state.canEnd) return;
-      throw new Error(`grammar: end-of-generation token ${token} before the grammar is complete`);
+      throw new GrammarMatchError(
+        `end-of-generation token ${token} before the grammar is complete`,
+        token,
+      );
     }
     this.state.acceptToken(token, ix.pieces[token]);
   }

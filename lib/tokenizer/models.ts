@@ -246,6 +246,22 @@ function isChineseChar(c: number): boolean {
     (c >= 0xf900 && c <= 0xfaff) || (c >= 0x2f800 && c <= 0x2fa1f);
 }
 
+const prefixCache = new WeakMap<Vocab, Set<string>>();
+
+/** Every prefix (at code point boundaries) of every token text of `v`. */
+function tokenPrefixes(v: Vocab): Set<string> {
+  let set = prefixCache.get(v);
+  if (!set) {
+    set = new Set<string>();
+    for (const t of v.texts) {
+      let p = "";
+      for (const ch of t) set.add(p += ch);
+    }
+    prefixCache.set(v, set);
+  }
+  return set;
+}
+
 // Scratch of wpmEncode: UTF-16 offset and UTF-8 position of each code point.
 let wOffs = new Int32Array(64), wBpos = new Int32Array(64);
 
@@ -270,15 +286,24 @@ export function wpmEncode(v: Vocab, text: string, out: number[]): void {
     offs[n] = w.length;
     const mark = out.length;
     let ok = true;
+    // `far` is the last code point boundary within max_token_len + 1 bytes of
+    // `i` (llama.cpp's longest candidate); it only moves forward as `i` does,
+    // so finding it costs O(n) over the whole word instead of O(n) per token.
+    let far = 0;
+    const prefixes = tokenPrefixes(v);
     for (let i = 0; i < n;) {
-      let j = n;
-      while (j > i && bpos[j] - bpos[i] > v.maxTokenLen + 1) j--;
-      let found = -1;
-      for (; j > i; j--) {
-        const id = v.byText.get(w.slice(offs[i], offs[j]));
+      if (far < i) far = i;
+      while (far < n && bpos[far + 1] - bpos[i] <= v.maxTokenLen + 1) far++;
+      // Longest token from i, found growing: a longer token needs every shorter
+      // prefix to be a token prefix, so the walk stops at the first that is not.
+      let found = -1, j = i;
+      for (let k = i + 1; k <= far; k++) {
+        const s = w.slice(offs[i], offs[k]);
+        if (!prefixes.has(s)) break;
+        const id = v.byText.get(s);
         if (id !== undefined) {
           found = id;
-          break;
+          j = k;
         }
       }
       if (found < 0) {
@@ -296,9 +321,11 @@ export function wpmEncode(v: Vocab, text: string, out: number[]): void {
 /** BERT normalisation and splitting, as llama.cpp's WPM preprocess. */
 export function wpmPreprocess(text: string, lowercase: boolean, stripAccents: boolean): string[] {
   const words: string[] = [];
-  let cur: number[] = [];
+  // The current word as string pieces joined on flush: spreading its code
+  // points into String.fromCodePoint overflows the stack on long words.
+  let cur: string[] = [];
   const flush = () => {
-    if (cur.length) words.push(String.fromCodePoint(...cur));
+    if (cur.length) words.push(cur.join(""));
     cur = [];
   };
   for (let u = 0; u < text.length; u++) {
@@ -318,7 +345,7 @@ export function wpmPreprocess(text: string, lowercase: boolean, stripAccents: bo
       flush();
       words.push(String.fromCodePoint(o));
     } else {
-      cur.push(o);
+      cur.push(String.fromCodePoint(o));
     }
   }
   flush();

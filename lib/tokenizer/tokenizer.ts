@@ -36,7 +36,9 @@ export interface TokenizerOptions {
 type Fragment = { token: number } | { start: number; end: number };
 
 const enc = new TextEncoder();
-const dec = new TextDecoder();
+// ignoreBOM: a leading U+FEFF is text that llama.cpp's detokenize returns
+// (EF BB BF), not a byte-order mark to drop.
+const dec = new TextDecoder("utf-8", { ignoreBOM: true });
 const EMPTY = new Uint8Array(0);
 
 /** A tokenizer built from a GGUF vocabulary. */
@@ -259,7 +261,7 @@ export class Tokenizer {
 export class StreamDecoder {
   readonly #tok: Tokenizer;
   readonly #special: boolean;
-  readonly #dec = new TextDecoder();
+  readonly #dec = new TextDecoder("utf-8", { ignoreBOM: true });
 
   /** `special` renders control tokens as text. */
   constructor(tokenizer: Tokenizer, opts: { special?: boolean } = {}) {
