@@ -25,6 +25,7 @@ import {
   TypicalSampler,
 } from "./samplers.ts";
 import { GrammarSampler, type GrammarVocabIndex } from "../grammar/sampler.ts";
+import { GrammarMatchError } from "../grammar/errors.ts";
 import { SamplingError, validateSamplingOptions } from "./options.ts";
 
 /** What a chain needs from a grammar constraint (GrammarSampler implements it). */
@@ -86,12 +87,12 @@ export class SamplerChain {
   sample(logits: Float32Array): number {
     let c = this.#load(logits);
     const g = this.grammar;
-    if (g && this.grammarFirst) g.apply(c);
+    if (g && this.grammarFirst) applyGrammar(g, c);
     this.applyTo(c);
     const id = picked(c, g && this.grammarFirst ? "grammar" : "logit-bias");
     if (!g || this.grammarFirst || g.allows(id)) return id;
     c = this.#load(logits);
-    g.apply(c);
+    applyGrammar(g, c);
     this.applyTo(c);
     return picked(c, "grammar");
   }
@@ -118,6 +119,21 @@ export class SamplerChain {
  * finite logit, so that means the biases or the grammar banned every
  * candidate and the pick is arbitrary (llama.cpp would repeat one token).
  */
+/**
+ * The grammar's filter, with its dead end reported as the chain reports
+ * every other one: a SamplingError (reason "grammar"), the original as cause.
+ */
+function applyGrammar(g: GrammarConstraint, c: TokenCandidates): void {
+  try {
+    g.apply(c);
+  } catch (e) {
+    if (e instanceof GrammarMatchError) {
+      throw new SamplingError("grammar", `sample: ${e.message}`, { cause: e });
+    }
+    throw e;
+  }
+}
+
 function picked(c: TokenCandidates, reason: "grammar" | "logit-bias"): number {
   const id = c.selectedToken();
   if (c.logits[c.selected] === -Infinity) {

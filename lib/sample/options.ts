@@ -34,8 +34,8 @@ export class SamplingError extends Error {
   /** The constraint that left no candidate. */
   readonly reason: "grammar" | "logit-bias";
   /** Creates the error. */
-  constructor(reason: "grammar" | "logit-bias", message: string) {
-    super(message);
+  constructor(reason: "grammar" | "logit-bias", message: string, options?: ErrorOptions) {
+    super(message, options);
     this.name = "SamplingError";
     this.reason = reason;
   }
