@@ -84,7 +84,7 @@ export interface DecodeResult {
 }
 
 /** Options of {@link Context.decode}. */
-export interface DecodeOptions {
+export interface ContextDecodeOptions {
   /** Logits of every token, not only the last. */
   allLogits?: boolean;
   /**
@@ -198,7 +198,7 @@ export class ContextLease implements Disposable {
   }
 
   /** {@link Context.decode} without queueing (one at a time per lease). */
-  decode(tokens: ArrayLike<number>, opts: DecodeOptions = {}): Promise<DecodeResult> {
+  decode(tokens: ArrayLike<number>, opts: ContextDecodeOptions = {}): Promise<DecodeResult> {
     try {
       return this.#live().decode(tokens, opts);
     } catch (e) {
@@ -227,7 +227,7 @@ export class ContextLease implements Disposable {
 /** What a lease does, bound to its context. */
 export interface LeaseOps {
   /** Decodes now. */
-  decode(tokens: ArrayLike<number>, opts: DecodeOptions): Promise<DecodeResult>;
+  decode(tokens: ArrayLike<number>, opts: ContextDecodeOptions): Promise<DecodeResult>;
   /** Clears now. */
   clear(): void;
   /** Truncates now. */
@@ -467,12 +467,12 @@ export class Context implements Disposable, AsyncDisposable {
    * decode or generation holds the context. On failure or abort the cache
    * is left as it was before the call.
    */
-  async decode(tokens: ArrayLike<number>, opts: DecodeOptions = {}): Promise<DecodeResult> {
+  async decode(tokens: ArrayLike<number>, opts: ContextDecodeOptions = {}): Promise<DecodeResult> {
     using lease = await this.acquire(opts.signal);
     return await lease.decode(tokens, opts);
   }
 
-  #decodeNow(tokens: ArrayLike<number>, opts: DecodeOptions): Promise<DecodeResult> {
+  #decodeNow(tokens: ArrayLike<number>, opts: ContextDecodeOptions): Promise<DecodeResult> {
     this.#assertOpen("decode");
     if (this.#running) {
       throw new ContextBusyError(`decode: ${this.label} is already decoding for this lease`);
