@@ -180,10 +180,13 @@ const scenarios: Record<string, () => Promise<Record<string, unknown>>> = {
         await sleep(10);
       }
     };
-    const first = await attempt(); // warm up: library, first graph, JIT
+    // Warm up: library, first graph, JIT, and the allocator's steady state
+    // (each attempt makes and drops ~40 MB of cell arrays; malloc keeps some
+    // of what V8 frees). The runtime also starts a thread of its own around
+    // the first collections.
+    const first = await attempt();
+    for (let i = 0; i < 10; i++) await attempt();
     await settle();
-    await attempt();
-    await settle(); // the runtime starts a thread of its own around the first collections
     const rss0 = vmRss(), threads0 = allThreads();
     const errors = new Set<string>();
     for (let i = 0; i < 50; i++) errors.add(await attempt());

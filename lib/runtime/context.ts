@@ -24,6 +24,7 @@ import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
 import { WeightLeaves } from "../model/weights.ts";
 import { Scheduler } from "../sched/scheduler.ts";
 import { FifoLock } from "./lock.ts";
+import { dryBackend, memoryShortfall } from "./sizing.ts";
 
 /** Options of {@link Context.create}. */
 export interface ContextOptions {
@@ -118,44 +119,6 @@ const forgotten = new FinalizationRegistry<Leftovers>(({ backends, use }) => {
 });
 
 let nextId = 1;
-
-/** A stand-in for `b` that allocates nothing: for measuring a context before allocating it. */
-function dryBackend(b: Backend): Backend {
-  return {
-    name: b.name,
-    supportsOp: (q) => b.supportsOp(q),
-    alloc: (size) => ({ backend: b.name, size, bytes: new Uint8Array(0), ptr: null }),
-    free() {},
-    compute: () => Promise.reject(new Error("a dry-run backend cannot compute")),
-    [Symbol.dispose]() {},
-  };
-}
-
-/** Physical memory plus swap in bytes (Linux), or undefined when unknown. */
-function memoryLimit(): number | undefined {
-  try {
-    const text = Deno.readTextFileSync("/proc/meminfo");
-    const kb = (key: string) =>
-      Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0);
-    const total = (kb("MemTotal") + kb("SwapTotal")) * 1024;
-    return total > 0 ? total : undefined;
-  } catch {
-    return undefined; // not Linux, or no read permission
-  }
-}
-
-const GB = (n: number) => `${(n / 1e9).toFixed(1)} GB`;
-
-function checkMemory(label: string, kvBytes: number, computeBytes: number): void {
-  const limit = memoryLimit();
-  const need = kvBytes + computeBytes;
-  if (limit !== undefined && need > limit) {
-    throw new ContextError(
-      `${label} needs ${GB(need)} (KV cache ${GB(kvBytes)}, compute ${GB(computeBytes)}), ` +
-        `more than this machine's ${GB(limit)} of memory and swap; use a smaller nCtx or nBatch`,
-    );
-  }
-}
 
 function build(
   model: Model,
@@ -374,7 +337,11 @@ export class Context implements Disposable, AsyncDisposable {
     const dry = new Map(backends.map((b) => [b, dryBackend(b)]));
     const kvDry = newKv((layer) => dry.get(assign(layer))!);
     const arenas = new Scheduler([...dry.values()], schedOpts).measure(worst(kvDry));
-    checkMemory(label, kvDry.totalBytes, [...arenas.values()].reduce((a, b) => a + b, 0));
+    const short = memoryShortfall(
+      kvDry.totalBytes,
+      [...arenas.values()].reduce((a, b) => a + b, 0),
+    );
+    if (short) throw new ContextError(`${label} ${short}; use a smaller nCtx or nBatch`);
     const kv = stack.use(newKv(assign));
     const sched = stack.use(new Scheduler(backends, schedOpts));
     sched.reserve(worst(kv));
