@@ -22,15 +22,20 @@ export { OptionError } from "./lib/options.ts";
 export { SamplingError } from "./lib/sample/options.ts";
 
 // models and contexts
-export { type LoadOptions, Model } from "./lib/model/model.ts";
+export { type LoadOptions, Model, ModelDisposedError, ModelInUseError } from "./lib/model/model.ts";
 export { type HParams, ModelError, readHParams, type RopeParams } from "./lib/model/hparams.ts";
 export type { LayerWeights, LlamaWeights, WeightRef } from "./lib/model/weights.ts";
 export {
   Context,
+  ContextBusyError,
+  type ContextDecodeOptions,
+  ContextDisposedError,
   ContextError,
+  ContextLease,
   type ContextOptions,
   type DecodeResult,
 } from "./lib/runtime/context.ts";
+export { type AtomicWriteOptions, NotAFileError, SameFileError } from "./lib/fs/atomic.ts";
 export {
   generate,
   type GeneratedToken,

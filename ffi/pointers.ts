@@ -25,6 +25,19 @@ export function nativeBytes(p: Deno.PointerObject, size: number): Uint8Array {
   return new Uint8Array(Deno.UnsafePointerView.getArrayBuffer(p, size));
 }
 
+/**
+ * Detaches the ArrayBuffer under a view of native memory (from
+ * {@link nativeBytes}) before that memory is freed or unmapped: every view of
+ * it then reads as empty instead of reaching freed memory (a segfault).
+ */
+export function detachNative(view: ArrayBufferView): void {
+  try {
+    (view.buffer as ArrayBuffer).transfer(0);
+  } catch {
+    // already detached, or not detachable: nothing more to do
+  }
+}
+
 /** The NUL-terminated UTF-8 string at `p` ("" for null). */
 export function cString(p: Deno.PointerValue): string {
   return p === null ? "" : Deno.UnsafePointerView.getCString(p);

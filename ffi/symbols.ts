@@ -18,6 +18,8 @@ export const SYMBOLS = {
   le_ctx_new: { parameters: ["i32"], result: "pointer" },
   le_ctx_free: { parameters: ["pointer"], result: "void" },
   le_ctx_threads: { parameters: ["pointer"], result: "i32" },
+  /** Sets or clears the cancel flag; called from the main thread while a compute runs. */
+  le_ctx_cancel: { parameters: ["pointer", "i32"], result: "void" },
   /** Runs on a Deno worker thread so the event loop stays free. */
   le_graph_compute: {
     parameters: ["pointer", "pointer", "i32"],
@@ -40,7 +42,10 @@ export const SYMBOLS = {
 export type LlmEdgeSymbols = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 
 /** ABI version this TypeScript expects (`LE_ABI_VERSION`). */
-export const ABI_VERSION = 1;
+export const ABI_VERSION = 2;
+
+/** `LE_CANCELLED`: le_graph_compute's result after le_ctx_cancel. */
+export const LE_CANCELLED = -6;
 
 /** Bytes of one `le_tensor`. */
 export const TENSOR_BYTES = 80;

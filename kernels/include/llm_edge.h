@@ -23,7 +23,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define LE_ABI_VERSION 1
+#define LE_ABI_VERSION 2
 
 /* ---- ops -------------------------------------------------------------- */
 /* Semantics are ggml's (see lib/graph/ops.ts for the TypeScript side). */
@@ -103,8 +103,16 @@ le_ctx *le_ctx_new(int32_t n_threads);
 void le_ctx_free(le_ctx *ctx);
 int32_t le_ctx_threads(const le_ctx *ctx);
 /* Run n_nodes nodes of a command buffer. Returns 0, or a negative code with
- * le_last_error() set. Safe to call from a worker thread (Deno nonblocking). */
+ * le_last_error() set (LE_CANCELLED after le_ctx_cancel). Safe to call from
+ * a worker thread (Deno nonblocking). */
 int32_t le_graph_compute(le_ctx *ctx, const le_node *nodes, int32_t n_nodes);
+/* le_graph_compute's result when the cancel flag was set. */
+#define LE_CANCELLED (-6)
+/* Set (on != 0) or clear the cancel flag of ctx. Any thread may set it while
+ * a le_graph_compute runs: the compute stops before its next node, or after
+ * the chunks already taken of a long node, and returns LE_CANCELLED. The
+ * flag stays set until cleared; clear it before the next compute. */
+void le_ctx_cancel(le_ctx *ctx, int32_t on);
 /* Message of the last failed le_graph_compute on ctx ("" after a success).
  * le_last_error is thread-local, and a nonblocking FFI call runs on another
  * thread than the one that reads the error, so the context keeps a copy. */

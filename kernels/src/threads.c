@@ -8,7 +8,14 @@
  * thread computes what never changes a value, so results do not depend on it.
  * Waiting spins briefly on an atomic (nodes are short, a sleep/wake round
  * trip costs more than the work) and then sleeps on a condition variable so
- * an idle context burns no CPU. */
+ * an idle context burns no CPU.
+ *
+ * Cancelling (le_ctx_cancel, from another thread while a compute runs) is
+ * seen at two places: between nodes, decided at a barrier by the thread that
+ * completes it so every thread stops before the same node (a thread leaving
+ * early would pair its barriers with the wrong ones of the others), and
+ * between chunks of a node (le_next_chunk hands out no more work, so a long
+ * mul_mat ends after the chunks already taken). */
 #define _GNU_SOURCE
 #include "le_internal.h"
 #include "le_sched.h"
@@ -61,6 +68,8 @@ struct le_ctx {
   atomic_int sleepers;
   atomic_int busy;
   atomic_int failed;
+  atomic_int cancel;   /* set by le_ctx_cancel; read by every thread */
+  atomic_int stopping; /* the barrier's decision to stop (see le_sync_stop) */
   le_chunk *chunks;    /* per node, zeroed before each compute */
   uint8_t *sync;       /* per node: 1 = barrier before it */
   int32_t cap_nodes;   /* entries of chunks and sync */
@@ -121,8 +130,30 @@ void le_barrier(le_ctx *ctx) {
   }
 }
 
+/* A barrier that also says whether the compute is cancelled: the thread that
+ * completes it samples the flag and publishes the decision before releasing
+ * the others, so all threads return the same answer. The decision cannot be
+ * overwritten before a slow thread reads it, since the next barrier cannot
+ * complete until that thread arrives there. */
+static int le_sync_stop(le_ctx *ctx) {
+  const int nth = ctx->n_threads;
+  if (nth == 1) return atomic_load_explicit(&ctx->cancel, memory_order_relaxed);
+  const int gen = atomic_load(&ctx->bar_gen);
+  if (atomic_fetch_add(&ctx->bar_count, 1) == nth - 1) {
+    if (atomic_load(&ctx->cancel)) atomic_store(&ctx->stopping, 1);
+    atomic_store(&ctx->bar_count, 0);
+    atomic_fetch_add(&ctx->bar_gen, 1);
+    le_notify(ctx);
+  } else {
+    le_wait_change(ctx, &ctx->bar_gen, gen);
+  }
+  return atomic_load(&ctx->stopping);
+}
+
 int64_t le_next_chunk(le_ctx *ctx) {
-  (void)ctx;
+  /* Cancelled: a count past any node's chunks ends the caller's loop. The
+   * node's output is then incomplete, which is fine: the compute fails. */
+  if (ctx && atomic_load_explicit(&ctx->cancel, memory_order_relaxed)) return INT64_MAX / 2;
   return atomic_fetch_add_explicit(&le_cur_chunk->v, 1, memory_order_relaxed);
 }
 
@@ -160,8 +191,11 @@ static void le_run_nodes(le_ctx *ctx, int ith) {
     const uint8_t sync = ctx->sync[i];
     if (i > 0 && (sync & LE_SYNC_BEFORE)) {
       const double t0 = prof ? le_now_ns() : 0;
-      le_barrier(ctx);
+      const int stop = le_sync_stop(ctx);
       if (prof) le_prof_add(ctx, i - 1, le_now_ns() - t0, 0);
+      if (stop) break; /* every thread breaks here, before node i */
+    } else if (ctx->n_threads == 1 && atomic_load_explicit(&ctx->cancel, memory_order_relaxed)) {
+      break; /* one thread: no barriers, so check before every node */
     }
     if ((sync & LE_SYNC_SOLO) && ith != 0) continue;
     const double t0 = prof ? le_now_ns() : 0;
@@ -351,6 +385,10 @@ void le_ctx_free(le_ctx *ctx) {
 
 int32_t le_ctx_threads(const le_ctx *ctx) { return ctx ? ctx->n_threads : 0; }
 
+void le_ctx_cancel(le_ctx *ctx, int32_t on) {
+  if (ctx) atomic_store(&ctx->cancel, on ? 1 : 0);
+}
+
 const char *le_ctx_error(const le_ctx *ctx) { return ctx ? ctx->error : ""; }
 
 static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t n_nodes);
@@ -434,6 +472,7 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   ctx->nodes = nodes;
   ctx->n_nodes = n_nodes;
   atomic_store(&ctx->failed, 0);
+  atomic_store(&ctx->stopping, 0);
   if (ctx->n_threads > 1) {
     atomic_fetch_add(&ctx->job_gen, 1);
     le_notify(ctx);
@@ -441,7 +480,12 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   le_run_nodes(ctx, 0); /* ends with a barrier: every worker is done */
   ctx->nodes = NULL;
   int rc = 0;
-  if (atomic_load(&ctx->failed)) {
+  if (atomic_load(&ctx->cancel)) {
+    /* Also when the flag came after the last node: the caller asked to stop,
+     * and a cancelled compute's outputs are never read. */
+    le_set_error("le_graph_compute: cancelled");
+    rc = LE_CANCELLED;
+  } else if (atomic_load(&ctx->failed)) {
     le_set_error("%s", ctx->fail_msg);
     rc = -5;
   }

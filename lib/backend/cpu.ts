@@ -10,8 +10,8 @@ import { MAX_PARAMS } from "../graph/ops.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
 import { opSupported, validateNode } from "./validate.ts";
 import { loadLibrary, loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
-import { NODE_BYTES, NodeLayout as L, TENSOR_BYTES } from "../../ffi/symbols.ts";
-import { address, cString, nativeBytes, setAddress } from "../../ffi/pointers.ts";
+import { LE_CANCELLED, NODE_BYTES, NodeLayout as L, TENSOR_BYTES } from "../../ffi/symbols.ts";
+import { address, cString, detachNative, nativeBytes, setAddress } from "../../ffi/pointers.ts";
 
 /** Options of {@linkcode CpuBackend}. */
 export interface CpuBackendOptions {
@@ -71,19 +71,62 @@ interface Program {
   readonly encoded: (ExecNode | undefined)[];
 }
 
-/** Native-kernel backend with a persistent thread pool. */
+/** Raised when a disposed CPU backend is used. */
+export class BackendDisposedError extends Error {
+  /** Creates the error. */
+  constructor(message = "CpuBackend used after dispose") {
+    super(message);
+    this.name = "BackendDisposedError";
+  }
+}
+
+/**
+ * Everything native a backend owns, apart from the backend object, so that
+ * the finalizer below can free it for a backend that was never disposed.
+ */
+interface NativeState {
+  readonly lib: NativeLibrary;
+  ctx: Deno.PointerObject | null;
+  readonly buffers: Set<CpuBuffer>;
+  /** Encoded command buffers, most recently used first, keyed by the node array. */
+  readonly programs: Program[];
+}
+
+function freeProgram(s: NativeState, p: Program): void {
+  detachNative(p.view);
+  s.lib.symbols.le_free(p.ptr);
+}
+
+// Joins the pool's threads and frees every allocation. Runs only when no
+// compute is in flight: dispose defers to the compute's end, and an
+// unreachable backend has none (a running compute holds the backend).
+function freeState(s: NativeState): void {
+  if (s.ctx) s.lib.symbols.le_ctx_free(s.ctx);
+  s.ctx = null;
+  for (const p of s.programs.splice(0)) freeProgram(s, p);
+  for (const b of s.buffers) {
+    detachNative(b.bytes);
+    s.lib.symbols.le_free(b.ptr);
+  }
+  s.buffers.clear();
+}
+
+/** Frees the native state of backends that were never disposed. */
+const forgotten = new FinalizationRegistry<NativeState>(freeState);
+
+/**
+ * Native-kernel backend with a persistent thread pool. Disposing it while a
+ * compute runs cancels that compute and frees everything when it returns.
+ */
 export class CpuBackend implements Backend {
   /** Backend name. */
   readonly name = "cpu";
   /** Threads the native pool runs with. */
   readonly threads: number;
-  readonly #lib: NativeLibrary;
-  #ctx: Deno.PointerObject | null;
-  // Encoded command buffers, most recently used first, keyed by the node array.
-  #programs: Program[] = [];
+  readonly #s: NativeState;
   #running = 0;
+  #closed = false;
   #queue: Promise<void> = Promise.resolve();
-  readonly #buffers = new Set<CpuBuffer>();
   readonly #addr = new WeakMap<BackendBuffer, number>();
 
   /** Opens (and if needed builds) the library, then creates the backend. */
@@ -94,20 +137,31 @@ export class CpuBackend implements Backend {
 
   /** Creates the backend; without `library`, the library must already be built. */
   constructor(options: CpuBackendOptions = {}) {
-    this.#lib = options.library ?? loadLibrarySync();
+    const lib = options.library ?? loadLibrarySync();
     const t = options.threads ?? physicalCores();
     if (!Number.isInteger(t) || t < 1 || t > 512) {
       throw new RangeError(`threads ${t} outside 1..512`);
     }
     this.threads = t;
-    const ctx = this.#lib.symbols.le_ctx_new(t);
-    if (ctx === null) throw new NativeComputeError(`le_ctx_new: ${this.#lib.lastError()}`);
-    this.#ctx = ctx;
+    const ctx = lib.symbols.le_ctx_new(t);
+    if (ctx === null) throw new NativeComputeError(`le_ctx_new: ${lib.lastError()}`);
+    this.#s = { lib, ctx, buffers: new Set(), programs: [] };
+    forgotten.register(this, this.#s, this);
+  }
+
+  /** Whether a compute is in flight. */
+  get busy(): boolean {
+    return this.#running > 0;
+  }
+
+  /** Whether {@link CpuBackend[Symbol.dispose]} was called. */
+  get disposed(): boolean {
+    return this.#closed;
   }
 
   /** The opened native library. */
   get library(): NativeLibrary {
-    return this.#lib;
+    return this.#s.lib;
   }
 
   /** Whether the kernels implement `q`. */
@@ -117,21 +171,28 @@ export class CpuBackend implements Backend {
 
   /** A zero-filled native buffer (64-byte aligned) with a zero-copy `bytes` view. */
   alloc(size: number): CpuBuffer {
+    if (this.#closed) throw new BackendDisposedError();
     if (!Number.isSafeInteger(size) || size < 0) throw new RangeError(`alloc: bad size ${size}`);
-    const ptr = this.#lib.symbols.le_alloc(BigInt(Math.max(size, 1)), 64n);
-    if (ptr === null) throw new RangeError(`alloc(${size}): ${this.#lib.lastError()}`);
+    const ptr = this.#s.lib.symbols.le_alloc(BigInt(Math.max(size, 1)), 64n);
+    if (ptr === null) throw new RangeError(`alloc(${size}): ${this.#s.lib.lastError()}`);
     const buf: CpuBuffer = { backend: "cpu", size, bytes: nativeBytes(ptr, size), ptr };
-    this.#buffers.add(buf);
+    this.#s.buffers.add(buf);
     return buf;
   }
 
-  /** Frees a buffer from alloc(); its `bytes` must not be touched afterwards. */
+  /**
+   * Frees a buffer from alloc(); its `bytes` read as empty afterwards. After
+   * dispose this does nothing: the backend frees all its buffers itself, once
+   * no compute is using them.
+   */
   free(buf: BackendBuffer): void {
+    if (this.#closed) return;
     const b = buf as CpuBuffer;
-    if (!this.#buffers.has(b)) throw new Error("free: buffer was not allocated by this backend");
+    if (!this.#s.buffers.has(b)) throw new Error("free: buffer was not allocated by this backend");
     this.#dropPrograms();
-    this.#buffers.delete(b);
-    this.#lib.symbols.le_free(b.ptr);
+    this.#s.buffers.delete(b);
+    detachNative(b.bytes);
+    this.#s.lib.symbols.le_free(b.ptr);
   }
 
   #bufAddress(b: BackendBuffer, where: string): number {
@@ -169,16 +230,16 @@ export class CpuBackend implements Backend {
    * since the buffer holds the encoded values, not references to the nodes.
    */
   #encode(nodes: readonly ExecNode[]): Deno.PointerObject {
-    if (!this.#ctx) throw new Error("CpuBackend used after dispose");
-    const k = this.#programs.findIndex((p) => p.key === nodes);
-    if (k < 0 || this.#programs[k].cap < nodes.length) {
+    if (this.#closed) throw new BackendDisposedError();
+    const k = this.#s.programs.findIndex((p) => p.key === nodes);
+    if (k < 0 || this.#s.programs[k].cap < nodes.length) {
       if (k >= 0) this.#dropProgram(k);
-      this.#programs.unshift(this.#newProgram(nodes));
-      while (this.#programs.length > MAX_PROGRAMS) this.#dropProgram(this.#programs.length - 1);
+      this.#s.programs.unshift(this.#newProgram(nodes));
+      while (this.#s.programs.length > MAX_PROGRAMS) this.#dropProgram(this.#s.programs.length - 1);
     } else if (k > 0) {
-      this.#programs.unshift(...this.#programs.splice(k, 1));
+      this.#s.programs.unshift(...this.#s.programs.splice(k, 1));
     }
-    const prog = this.#programs[0];
+    const prog = this.#s.programs[0];
     const stale: number[] = [];
     for (let i = 0; i < nodes.length; i++) if (prog.encoded[i] !== nodes[i]) stale.push(i);
     for (const i of stale) {
@@ -205,47 +266,69 @@ export class CpuBackend implements Backend {
 
   #newProgram(nodes: readonly ExecNode[]): Program {
     const cap = Math.max(nodes.length, 64);
-    const ptr = this.#lib.symbols.le_alloc(BigInt(cap * NODE_BYTES), 64n);
-    if (ptr === null) throw new RangeError(`command buffer: ${this.#lib.lastError()}`);
+    const ptr = this.#s.lib.symbols.le_alloc(BigInt(cap * NODE_BYTES), 64n);
+    if (ptr === null) throw new RangeError(`command buffer: ${this.#s.lib.lastError()}`);
     const bytes = nativeBytes(ptr, cap * NODE_BYTES);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     return { key: nodes, ptr, cap, view, encoded: [] };
   }
 
   #dropProgram(k: number): void {
-    const [p] = this.#programs.splice(k, 1);
-    this.#lib.symbols.le_free(p.ptr);
+    const [p] = this.#s.programs.splice(k, 1);
+    freeProgram(this.#s, p);
   }
 
   // Encoded addresses may point into a buffer about to be freed: forget them all.
   #dropPrograms(): void {
     if (this.#running) throw new Error("CpuBackend: buffer freed while a compute is running");
-    while (this.#programs.length) this.#dropProgram(0);
+    while (this.#s.programs.length) this.#dropProgram(0);
   }
 
   #check(rc: number): void {
     if (rc !== 0) {
       throw new NativeComputeError(
-        `le_graph_compute failed (${rc}): ${cString(this.#lib.symbols.le_ctx_error(this.#ctx))}`,
+        `le_graph_compute failed (${rc}): ${
+          cString(this.#s.lib.symbols.le_ctx_error(this.#s.ctx))
+        }`,
       );
     }
   }
 
   /**
    * Runs the nodes with one nonblocking FFI call (the event loop stays free).
-   * Calls on one backend are queued, as they share the command buffer.
+   * Calls on one backend are queued, as they share the command buffer. When
+   * `signal` aborts, the kernels stop at their next node or row chunk and
+   * the promise rejects with the signal's reason.
    */
   compute(nodes: readonly ExecNode[], signal?: AbortSignal): Promise<void> {
     const run = async () => {
+      if (this.#closed) throw new BackendDisposedError();
       signal?.throwIfAborted();
       if (nodes.length === 0) return;
       const cmd = this.#encode(nodes);
+      const s = this.#s, sym = s.lib.symbols;
+      // Cleared here, on the thread that also sets it, before the call
+      // starts: an abort from now on cannot be lost.
+      sym.le_ctx_cancel(s.ctx, 0);
+      const onAbort = () => {
+        if (s.ctx) sym.le_ctx_cancel(s.ctx, 1);
+      };
+      signal?.addEventListener("abort", onAbort);
       this.#running++;
+      let rc = 0, msg = "";
       try {
-        this.#check(await this.#lib.symbols.le_graph_compute(this.#ctx, cmd, nodes.length));
+        rc = await sym.le_graph_compute(s.ctx, cmd, nodes.length);
+        if (rc !== 0) msg = cString(sym.le_ctx_error(s.ctx));
       } finally {
+        signal?.removeEventListener("abort", onAbort);
         this.#running--;
+        if (this.#closed && this.#running === 0) this.#release();
       }
+      if (rc === LE_CANCELLED) {
+        if (signal?.aborted) throw signal.reason;
+        throw new BackendDisposedError("CpuBackend disposed while computing");
+      }
+      if (rc !== 0) throw new NativeComputeError(`le_graph_compute failed (${rc}): ${msg}`);
     };
     const p = this.#queue.then(run, run);
     this.#queue = p.then(() => {}, () => {});
@@ -254,20 +337,32 @@ export class CpuBackend implements Backend {
 
   /** Runs the nodes synchronously on this thread's caller (small graphs, tests). */
   computeSync(nodes: readonly ExecNode[]): void {
+    if (this.#closed) throw new BackendDisposedError();
     if (nodes.length === 0) return;
     // Encoding could evict the command buffer an asynchronous compute is reading.
     if (this.#running) throw new Error("computeSync: an asynchronous compute is running");
     const cmd = this.#encode(nodes);
-    this.#check(this.#lib.symbols.le_graph_compute_sync(this.#ctx, cmd, nodes.length));
+    this.#s.lib.symbols.le_ctx_cancel(this.#s.ctx, 0);
+    this.#check(this.#s.lib.symbols.le_graph_compute_sync(this.#s.ctx, cmd, nodes.length));
   }
 
-  /** Frees the thread pool, the command buffer and every buffer still allocated. */
+  #release(): void {
+    forgotten.unregister(this);
+    freeState(this.#s);
+  }
+
+  /**
+   * Frees the thread pool, the command buffers and every buffer still
+   * allocated. While a compute runs, it is cancelled and the memory is freed
+   * when it returns: never under the kernels.
+   */
   [Symbol.dispose](): void {
-    if (!this.#ctx) return;
-    this.#lib.symbols.le_ctx_free(this.#ctx);
-    this.#ctx = null;
-    while (this.#programs.length) this.#dropProgram(0);
-    for (const b of this.#buffers) this.#lib.symbols.le_free(b.ptr);
-    this.#buffers.clear();
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#running > 0) {
+      this.#s.lib.symbols.le_ctx_cancel(this.#s.ctx, 1);
+      return;
+    }
+    this.#release();
   }
 }

@@ -12,6 +12,7 @@
 import { type GGUFKV, GGUFValueType } from "./header.ts";
 import { GGMLType } from "./types.ts";
 import { type GGUFWriteTensor, writeGGUFFile } from "./writer.ts";
+import { assertDistinctFiles, assertRegularFile } from "../fs/atomic.ts";
 
 /** A malformed llama2.c file: names the file, byte offset and field. */
 export class Llama2cError extends Error {
@@ -306,9 +307,13 @@ export interface ConvertLlama2cOptions {
 
 /**
  * Converts a llama2.c checkpoint to GGUF, streaming one tensor at a time from
- * the checkpoint so memory stays at the largest tensor.
+ * the checkpoint so memory stays at the largest tensor. The output is
+ * written atomically and may not be one of the inputs (SameFileError).
  */
 export async function convertLlama2c(opts: ConvertLlama2cOptions): Promise<Llama2cConfig> {
+  const inputs = [opts.model, opts.tokenizer];
+  for (const p of inputs) await assertRegularFile(p);
+  await assertDistinctFiles(opts.out, inputs);
   using f = await Deno.open(opts.model, { read: true });
   const size = (await f.stat()).size;
   const read = async (offset: number, n: number): Promise<Uint8Array> => {
@@ -352,6 +357,6 @@ export async function convertLlama2c(opts: ConvertLlama2cOptions): Promise<Llama
     ne: t.ne,
     data: () => read(t.offset, 4 * t.ne.reduce((a, b) => a * b, 1)),
   }));
-  await writeGGUFFile(opts.out, { kv: llama2cMetadata(config, vocab, name), tensors });
+  await writeGGUFFile(opts.out, { kv: llama2cMetadata(config, vocab, name), tensors }, { inputs });
   return config;
 }

@@ -23,6 +23,7 @@ import {
   valueSize,
 } from "./header.ts";
 import { ggmlTypeInfo } from "./types.ts";
+import { assertRegularFile } from "../fs/atomic.ts";
 
 /** "GGUF" read as a little-endian u32. */
 export const GGUF_MAGIC = 0x46554747;
@@ -414,9 +415,12 @@ export function parseGGUF(bytes: Uint8Array, opts: ParseOptions): GGUFHeaderData
 
 /**
  * Reads and validates the header of the GGUF file at `path`, reading only
- * as many bytes as the header takes (growing the read when needed).
+ * as many bytes as the header takes (growing the read when needed). A path
+ * that is not a regular file (a FIFO, a directory) throws NotAFileError.
  */
 export async function readGGUF(path: string): Promise<GGUFHeaderData> {
+  // Opening a FIFO would wait forever for a writer; a directory fails obscurely.
+  await assertRegularFile(path);
   using file = await Deno.open(path, { read: true });
   const fileSize = (await file.stat()).size;
   let buf = new Uint8Array(Math.min(fileSize, 1 << 18));

@@ -14,6 +14,7 @@ import {
 } from "./header.ts";
 import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC } from "./reader.ts";
 import { ggmlTypeInfo } from "./types.ts";
+import { type AtomicWriteOptions, writeAll, writeFileAtomic } from "../fs/atomic.ts";
 
 /** A tensor to write; `data` may be produced lazily (one tensor in memory at a time). */
 export interface GGUFWriteTensor {
@@ -239,21 +240,24 @@ export function writeGGUF(out: GGUFWriteInput): Uint8Array {
 
 /**
  * Streams a GGUF to `path`: the header, then each tensor's data as it is
- * produced, so only one tensor is held in memory at a time.
+ * produced, so only one tensor is held in memory at a time. The file is
+ * written atomically (a temporary file renamed over `path` once complete,
+ * see lib/fs/atomic.ts); `inputs` are the files the content is read from,
+ * and `path` naming one of them is refused before anything is written.
  */
-export async function writeGGUFFile(path: string, out: GGUFWriteInput): Promise<void> {
+export async function writeGGUFFile(
+  path: string,
+  out: GGUFWriteInput,
+  options: AtomicWriteOptions = {},
+): Promise<void> {
   const h = encodeGGUFHeader(out);
-  using f = await Deno.open(path, { write: true, create: true, truncate: true });
-  const w = f.writable.getWriter();
-  try {
-    await w.write(h.header);
+  await writeFileAtomic(path, async (f) => {
+    await writeAll(f, h.header);
     for (let i = 0; i < out.tensors.length; i++) {
       const d = await tensorData(out.tensors[i], h.sizes[i]);
-      await w.write(d);
+      await writeAll(f, d);
       const padding = Math.ceil(d.length / h.alignment) * h.alignment - d.length;
-      if (padding) await w.write(new Uint8Array(padding));
+      if (padding) await writeAll(f, new Uint8Array(padding));
     }
-  } finally {
-    await w.close().catch(() => {});
-  }
+  }, options);
 }

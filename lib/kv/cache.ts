@@ -13,7 +13,7 @@ import type { Graph } from "../graph/graph.ts";
 import { rowSize, type Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../gguf/types.ts";
 import type { Ubatch } from "./batch.ts";
-import { checkSeq, KvCells, KvError } from "./cells.ts";
+import { type CellsSnapshot, checkSeq, KvCells, KvError } from "./cells.ts";
 import { isMaskedSwa, SwaType } from "./swa.ts";
 import { fillKqMask, type MaskOptions } from "./mask.ts";
 import { applyDefragMoves, type DefragMove, planDefragMoves } from "./defrag.ts";
@@ -81,6 +81,14 @@ interface StoreNode {
 interface LayerStore {
   k: BufferRef;
   v: BufferRef;
+}
+
+/** Cell state saved by {@link KvCache.saveSlot}. */
+export interface SlotUndo {
+  /** The slot's cells before applyUbatch. */
+  readonly snap: CellsSnapshot;
+  /** The slot search head before applyUbatch. */
+  readonly head: number;
 }
 
 /** The KV cache. */
@@ -151,13 +159,18 @@ export class KvCache implements Disposable {
       if (!groups.has(b)) groups.set(b, []);
       groups.get(b)!.push(il);
     }
-    for (const [b, layers] of groups) {
-      const buffer = b.alloc(layers.length * (kBytes + vBytes));
-      this.#buffers.push([b, buffer]);
-      layers.forEach((il, j) => {
-        const base = j * (kBytes + vBytes);
-        this.#layers[il] = { k: { buffer, offset: base }, v: { buffer, offset: base + kBytes } };
-      });
+    try {
+      for (const [b, layers] of groups) {
+        const buffer = b.alloc(layers.length * (kBytes + vBytes));
+        this.#buffers.push([b, buffer]);
+        layers.forEach((il, j) => {
+          const base = j * (kBytes + vBytes);
+          this.#layers[il] = { k: { buffer, offset: base }, v: { buffer, offset: base + kBytes } };
+        });
+      }
+    } catch (e) {
+      this[Symbol.dispose](); // a later backend's allocation failed: free the earlier ones
+      throw e;
     }
   }
 
@@ -350,9 +363,25 @@ export class KvCache implements Disposable {
     this.head = slot.idxs[slot.idxs.length - 1] + 1;
   }
 
+  /** What {@link applyUbatch} is about to change for `slot`, for {@link undo}. */
+  saveSlot(slot: SlotInfo): SlotUndo {
+    return { snap: this.cells.save(slot.idxs), head: this.head };
+  }
+
+  /**
+   * Puts back the cells and head saved before each applyUbatch (oldest
+   * first in `saved`; undone newest first), as if those ubatches never ran.
+   */
+  undo(saved: readonly SlotUndo[]): void {
+    for (let k = saved.length - 1; k >= 0; k--) {
+      this.cells.restore(saved[k].snap);
+      this.head = saved[k].head;
+    }
+  }
+
   /** Find slots for all ubatches as if applied in turn, then undo; null if one does not fit. */
   prepare(ubatches: readonly Ubatch[]): SlotInfo[] | null {
-    const undo: Array<{ snap: ReturnType<KvCells["save"]>; head: number }> = [];
+    const undo: SlotUndo[] = [];
     const out: SlotInfo[] = [];
     let ok = true;
     for (const ub of ubatches) {
@@ -362,13 +391,10 @@ export class KvCache implements Disposable {
         break;
       }
       out.push(s);
-      undo.push({ snap: this.cells.save(s.idxs), head: this.head });
+      undo.push(this.saveSlot(s));
       this.applyUbatch(s, ub);
     }
-    for (let k = undo.length - 1; k >= 0; k--) {
-      this.cells.restore(undo[k].snap);
-      this.head = undo[k].head;
-    }
+    this.undo(undo);
     return ok ? out : null;
   }
 

@@ -33,8 +33,11 @@ export interface LlamaGraph {
   readonly mask: Tensor;
   /** I32 [nOutputs] rows kept for the logits, or null when every row is. */
   readonly outIds: Tensor | null;
-  /** F32 [nVocab, nOutputs]. */
-  readonly logits: Tensor;
+  /**
+   * F32 [nVocab, nOutputs]; null when the micro-batch has no output rows
+   * (the graph then ends at the last layer's cache stores).
+   */
+  readonly logits: Tensor | null;
   /** Tensors asked for by `taps`, by llama.cpp callback name (kept as graph outputs). */
   readonly taps: Map<string, Tensor>;
 }
@@ -109,7 +112,9 @@ export function buildLlamaGraph(
   const tokens = g.input("inp_tokens", GGMLType.I32, [n]);
   const pos = g.input("inp_pos", GGMLType.I32, [n]);
   const mask = g.input("kq_mask", GGMLType.F32, [step.nKv, n]);
-  const outIds = step.nOutputs < n ? g.input("inp_out_ids", GGMLType.I32, [step.nOutputs]) : null;
+  const outIds = step.nOutputs > 0 && step.nOutputs < n
+    ? g.input("inp_out_ids", GGMLType.I32, [step.nOutputs])
+    : null;
   const kept = new Map<string, Tensor>();
   const cb: TapFn = (t, name, il = -1) => {
     const full = il >= 0 ? `${name}-${il}` : name;
@@ -128,6 +133,16 @@ export function buildLlamaGraph(
     let inpSA = inpL;
     let cur = cb(g.mul(g.rmsNorm(inpL, hp.normEps), w.get(lw.attnNorm)), "attn_norm", il);
     cur = attention(g, cur, il, hp, lw, w, kv, io, step);
+    if (il === hp.nLayer - 1 && step.nOutputs === 0) {
+      // Nothing to output (a prompt chunk before the last): what this
+      // micro-batch leaves behind is the keys and values attention() stored,
+      // so the last layer's FFN and the output head are left out (llama.cpp
+      // runs them on zero rows, which computes nothing). A zero-row
+      // get_rows would build nodes with empty shapes no kernel accepts.
+      g.setLayer(-1);
+      for (const t of kept.values()) g.markOutput(t);
+      return { tokens, pos, mask, outIds, logits: null, taps: kept };
+    }
     if (il === hp.nLayer - 1 && outIds) {
       // Rows without outputs stop here: the last FFN runs only where logits are wanted.
       cur = g.getRows(cur, outIds);

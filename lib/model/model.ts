@@ -23,8 +23,72 @@ export interface LoadOptions {
   validate?: "metadata" | "data";
 }
 
-/** A model ready for contexts. Dispose it to unmap the file. */
-export class Model implements Disposable {
+/** Raised when a disposed model is used (a new context, a second dispose that must wait). */
+export class ModelDisposedError extends Error {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "ModelDisposedError";
+  }
+}
+
+/**
+ * Raised by a model's dispose while contexts created from it are still open:
+ * they read its mapped weights, so it refuses rather than unmap under them.
+ */
+export class ModelInUseError extends Error {
+  /** Labels of the open contexts ("Context #3 (nCtx 256, cpu)"). */
+  readonly contexts: readonly string[];
+  /** Creates the error. */
+  constructor(path: string, contexts: readonly string[]) {
+    super(
+      `${path}: cannot dispose the model, ${contexts.length} context(s) still open ` +
+        `(${contexts.join(", ")}); dispose them first`,
+    );
+    this.name = "ModelInUseError";
+    this.contexts = contexts;
+  }
+}
+
+/**
+ * A context's registration with its model (see {@link attachToModel}): the
+ * owner reports when it is disposed and when its native memory is gone.
+ */
+export interface ModelUse {
+  /** The object the model tracks (weakly) from now on, in place of the one attached. */
+  own(owner: object): void;
+  /** Disposed: no longer open, though a compute may still be reading the weights. */
+  closing(): void;
+  /** Nothing of the owner reads the weights any more. */
+  freed(): void;
+}
+
+let attach: (m: Model, owner: object, label: string) => ModelUse;
+
+/**
+ * Registers `owner` (a context) as a user of `model`'s weights until the
+ * returned handle's `freed()`. Throws {@link ModelDisposedError} when the
+ * model is disposed. Internal to the runtime: contexts call it.
+ */
+export function attachToModel(model: Model, owner: object, label: string): ModelUse {
+  return attach(model, owner, label);
+}
+
+interface UserEntry {
+  readonly label: string;
+  /** Weak: a context the caller forgot is collected (its finalizer then frees it). */
+  ref: WeakRef<object>;
+  open: boolean;
+}
+
+/**
+ * A model ready for contexts. Dispose it to unmap the file, after its
+ * contexts: disposing a model with open contexts throws
+ * {@link ModelInUseError} naming them and changes nothing. Contexts that
+ * were disposed while computing keep the file mapped until their compute
+ * returns; `await using` (Symbol.asyncDispose) waits for that.
+ */
+export class Model implements Disposable, AsyncDisposable {
   /** The mapped GGUF file(s). */
   readonly file: GGUFModelFile;
   /** Hyper-parameters. */
@@ -33,6 +97,15 @@ export class Model implements Disposable {
   readonly weights: LlamaWeights;
   /** Tokenizer from the file's vocabulary. */
   readonly tokenizer: Tokenizer;
+  // Contexts not yet freed, open or closing.
+  #users = new Map<number, UserEntry>();
+  #nextUser = 0;
+  #disposed = false;
+  #unmapped = Promise.withResolvers<void>();
+
+  static {
+    attach = (m, owner, label) => m.#attach(owner, label);
+  }
 
   private constructor(
     file: GGUFModelFile,
@@ -44,6 +117,11 @@ export class Model implements Disposable {
     this.hparams = hparams;
     this.weights = weights;
     this.tokenizer = tokenizer;
+  }
+
+  /** Whether the model was disposed (its file may still be mapped for a closing context). */
+  get disposed(): boolean {
+    return this.#disposed;
   }
 
   /** Opens, maps and checks a GGUF model. */
@@ -66,8 +144,53 @@ export class Model implements Disposable {
     }
   }
 
-  /** Unmaps the file. Contexts of this model must be disposed first. */
-  [Symbol.dispose](): void {
+  #attach(owner: object, label: string): ModelUse {
+    if (this.#disposed) {
+      throw new ModelDisposedError(`${this.file.header.path}: the model is disposed`);
+    }
+    const id = this.#nextUser++;
+    const entry: UserEntry = { label, ref: new WeakRef(owner), open: true };
+    this.#users.set(id, entry);
+    return {
+      own: (o) => {
+        entry.ref = new WeakRef(o);
+      },
+      closing: () => {
+        entry.open = false;
+      },
+      freed: () => {
+        if (!this.#users.delete(id)) return;
+        if (this.#disposed && this.#users.size === 0) this.#unmap();
+      },
+    };
+  }
+
+  /** Labels of the contexts still open on this model. */
+  get openContexts(): string[] {
+    return [...this.#users.values()].filter((u) => u.open && u.ref.deref()).map((u) => u.label);
+  }
+
+  #unmap(): void {
     this.file[Symbol.dispose]();
+    this.#unmapped.resolve();
+  }
+
+  /**
+   * Unmaps the file, or throws {@link ModelInUseError} if contexts of this
+   * model are still open. When only disposed contexts are still finishing a
+   * compute, the file is unmapped as the last of them returns.
+   */
+  [Symbol.dispose](): void {
+    if (this.#disposed) return;
+    const open = this.openContexts;
+    if (open.length) throw new ModelInUseError(this.file.header.path, open);
+    this.#disposed = true;
+    if (this.#users.size === 0) this.#unmap();
+  }
+
+  /** Like {@link Model[Symbol.dispose]}, then waits until the file is unmapped. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this[Symbol.dispose]();
+    await this.#unmapped.promise;
   }
 }

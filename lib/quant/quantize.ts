@@ -12,6 +12,7 @@ import type { GGUFKV } from "../gguf/header.ts";
 import { openGGUF, SPLIT_KEYS } from "../gguf/mod.ts";
 import { ggmlTypeInfo, ggmlTypeName } from "../gguf/types.ts";
 import { writeGGUFFile } from "../gguf/writer.ts";
+import { assertDistinctFiles } from "../fs/atomic.ts";
 import { DEQUANT } from "../backend/ref_quants.ts";
 import { QUANT_PRESETS, type QuantPreset, TypeChooser } from "./rules.ts";
 
@@ -67,7 +68,12 @@ export function quantPreset(name: string): QuantPreset {
 
 const MAX_CHUNK_ELEMS = 1 << 22; // f32 staging per native call: 16 MiB
 
-/** Quantizes `input` to `output` with `preset` (a name or a {@linkcode QuantPreset}). */
+/**
+ * Quantizes `input` to `output` with `preset` (a name or a {@linkcode QuantPreset}).
+ * `output` is written atomically; when it is the input file itself (the same
+ * path, a symlink or a hard link to it) the call throws SameFileError and
+ * touches nothing.
+ */
 export async function quantizeModel(
   input: string,
   output: string,
@@ -75,6 +81,8 @@ export async function quantizeModel(
   options: QuantizeOptions = {},
 ): Promise<QuantizeResult> {
   const p = typeof preset === "string" ? quantPreset(preset) : preset;
+  // Before the input is mapped: writing over it would truncate the mapping.
+  await assertDistinctFiles(output, [input]);
   const lib = await loadLibrary();
   using file = await openGGUF(input);
   const h = file.header;
@@ -123,7 +131,10 @@ export async function quantizeModel(
       },
     };
   });
-  await writeGGUFFile(output, { version: 3, alignment: h.alignment, kv, tensors });
+  // Atomic, and checked again against every split of the input.
+  await writeGGUFFile(output, { version: 3, alignment: h.alignment, kv, tensors }, {
+    inputs: file.paths,
+  });
   return { types, bytesIn, bytesOut };
 }
 

@@ -4,20 +4,28 @@
  * logits). One sequence for now; the cache and batches are multi-sequence
  * shaped so parallel sequences extend this rather than replace it.
  *
+ * Lifetimes: a context runs one decode at a time (later calls wait their
+ * turn, see {@link Context.acquire}); disposing it while a decode runs
+ * cancels the kernels and frees the native memory once they have returned;
+ * the model it reads refuses to be disposed while it is open.
+ *
  * @module
  */
 import { CpuBackend } from "../backend/cpu.ts";
 import { ReferenceBackend } from "../backend/reference.ts";
 import type { Backend } from "../backend/types.ts";
 import { Graph } from "../graph/graph.ts";
+import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../gguf/types.ts";
 import { BatchSplitter, type Ubatch } from "../kv/batch.ts";
-import { KvCache, N_KV_PAD } from "../kv/cache.ts";
-import { buildLlamaGraph, type LlamaGraph } from "../model/llama.ts";
-import type { Model } from "../model/model.ts";
+import { KvCache, N_KV_PAD, type SlotInfo, type SlotUndo } from "../kv/cache.ts";
+import { buildLlamaGraph, type LlamaGraph, type LlamaStep } from "../model/llama.ts";
+import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
 import { WeightLeaves } from "../model/weights.ts";
 import { Scheduler } from "../sched/scheduler.ts";
+import { FifoLock } from "./lock.ts";
 import { validateContextOptions, validateDecode } from "./options.ts";
+import { dryBackend, memoryShortfall } from "./sizing.ts";
 
 /** Options of {@link Context.create}. */
 export interface ContextOptions {
@@ -53,14 +61,152 @@ export class ContextError extends Error {
   }
 }
 
+/** Thrown by a context's methods after it was disposed (and by decodes it cancelled). */
+export class ContextDisposedError extends ContextError {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "ContextDisposedError";
+  }
+}
+
+/** Thrown by a synchronous method (clear, truncate) while another caller holds the context. */
+export class ContextBusyError extends ContextError {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "ContextBusyError";
+  }
+}
+
 /** Logits of the rows that asked for them, row-major [nOutputs][nVocab]. */
 export interface DecodeResult {
   /** Logits per output row, in batch order. */
   readonly logits: Float32Array[];
 }
 
-/** A model's inference state. Dispose it to free the cache and arenas. */
-export class Context implements Disposable {
+/** Options of {@link Context.decode}. */
+export interface ContextDecodeOptions {
+  /** Logits of every token, not only the last. */
+  allLogits?: boolean;
+  /**
+   * Cancels the decode, while it waits for the context or while the kernels
+   * run (they stop within a node or row chunk); it then rejects with the
+   * signal's reason and the cache is as it was before the call.
+   */
+  signal?: AbortSignal;
+}
+
+interface Parts {
+  o: Required<Omit<ContextOptions, "threads" | "debugTaps">> & { threads?: number };
+  backends: Backend[];
+  kv: KvCache;
+  sched: Scheduler;
+  taps: ReadonlySet<string> | undefined;
+  use: ModelUse;
+}
+
+/** What a forgotten context's finalizer frees: nothing here refers to the context. */
+interface Leftovers {
+  backends: Backend[];
+  use: ModelUse;
+}
+
+const forgotten = new FinalizationRegistry<Leftovers>(({ backends, use }) => {
+  // Backends own every native allocation (cache, arenas, thread pool).
+  for (const b of backends) b[Symbol.dispose]();
+  use.closing();
+  use.freed();
+});
+
+let nextId = 1;
+
+function build(
+  model: Model,
+  kv: KvCache,
+  taps: ReadonlySet<string> | undefined,
+  step: LlamaStep,
+): { g: Graph; io: LlamaGraph } {
+  const g = new Graph();
+  const io = buildLlamaGraph(
+    g,
+    model.hparams,
+    model.weights,
+    new WeightLeaves(model.file, g),
+    kv,
+    step,
+    taps,
+  );
+  return { g, io };
+}
+
+/**
+ * Exclusive use of a context, from {@link Context.acquire} until disposed:
+ * its decode, clear and truncate run without waiting, and every other caller
+ * of the context waits (decode) or is refused (clear, truncate).
+ */
+export class ContextLease implements Disposable {
+  /** The context held. */
+  readonly context: Context;
+  #ops: LeaseOps | null;
+
+  /** Made by {@link Context.acquire}. */
+  constructor(context: Context, ops: LeaseOps) {
+    this.context = context;
+    this.#ops = ops;
+  }
+
+  #live(): LeaseOps {
+    if (!this.#ops) throw new ContextError("the context lease was released");
+    return this.#ops;
+  }
+
+  /** {@link Context.decode} without queueing (one at a time per lease). */
+  decode(tokens: ArrayLike<number>, opts: ContextDecodeOptions = {}): Promise<DecodeResult> {
+    try {
+      return this.#live().decode(tokens, opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** {@link Context.clear} for the holder. */
+  clear(): void {
+    this.#live().clear();
+  }
+
+  /** {@link Context.truncate} for the holder. */
+  truncate(pos: number): void {
+    this.#live().truncate(pos);
+  }
+
+  /** Lets the next caller have the context. */
+  [Symbol.dispose](): void {
+    const ops = this.#ops;
+    this.#ops = null;
+    ops?.release();
+  }
+}
+
+/** What a lease does, bound to its context. */
+export interface LeaseOps {
+  /** Decodes now. */
+  decode(tokens: ArrayLike<number>, opts: ContextDecodeOptions): Promise<DecodeResult>;
+  /** Clears now. */
+  clear(): void;
+  /** Truncates now. */
+  truncate(pos: number): void;
+  /** Releases the lock. */
+  release(): void;
+}
+
+/**
+ * A model's inference state. Dispose it to free the cache and arenas; if a
+ * decode is running, it is cancelled and the memory freed when the kernels
+ * return (`await using` waits for that). A context forgotten without
+ * dispose is freed when garbage-collected.
+ */
+export class Context implements Disposable, AsyncDisposable {
   /** The model this context runs. */
   readonly model: Model;
   /** Cache cells. */
@@ -73,59 +219,48 @@ export class Context implements Disposable {
   readonly kvType: "f16" | "f32";
   /** The backend choice this context was created with. */
   readonly backendChoice: NonNullable<ContextOptions["backend"]>;
+  /** "Context #N (nCtx …, backend)": how errors name this context. */
+  readonly label: string;
   #kv: KvCache;
   #sched: Scheduler;
   #backends: Backend[];
+  #use: ModelUse;
   #splitter = new BatchSplitter();
   #mask = new Float32Array(0);
   #taps: ReadonlySet<string> | undefined;
   // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
   #last: { key: string; g: Graph; io: LlamaGraph } | null = null;
+  #lock = new FifoLock();
+  // The decode running now (the kernels may be reading native memory).
+  #running: Promise<unknown> | null = null;
+  // Aborted by dispose: cancels the running decode.
+  #closer = new AbortController();
+  #state: "open" | "closing" | "freed" = "open";
+  #freed = Promise.withResolvers<void>();
   /** Values of {@link ContextOptions.debugTaps} from the last graph run (ggml element order). */
   readonly lastTaps: Map<string, Float32Array> = new Map();
 
-  private constructor(
-    model: Model,
-    o: Required<Omit<ContextOptions, "threads" | "debugTaps">> & { threads?: number },
-    backends: Backend[],
-    assign: (layer: number) => Backend,
-    taps?: readonly string[],
-  ) {
+  private constructor(model: Model, label: string, p: Parts) {
     this.model = model;
-    this.threads = o.threads;
-    this.kvType = o.kvType;
-    this.backendChoice = o.backend;
-    this.nCtx = o.nCtx;
-    this.nBatch = o.nBatch;
-    this.#backends = backends;
-    this.#taps = taps?.length ? new Set(taps) : undefined;
-    const hp = model.hparams;
-    this.#kv = new KvCache({
-      size: o.nCtx,
-      nLayer: hp.nLayer,
-      nHeadKv: hp.nHeadKv,
-      nEmbdHeadK: hp.headDimK,
-      nEmbdHeadV: hp.headDimV,
-      typeK: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
-      typeV: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
-      backend: assign,
-    });
-    const names = (layer: number) => assign(layer).name;
-    this.#sched = new Scheduler(backends, {
-      assign: (node) => names(node.layer < 0 ? hp.nLayer : node.layer),
-    });
-    // Worst case once: a full batch attending the whole cache.
-    const n = Math.min(o.nBatch, o.nCtx);
-    const { g } = this.#build({
-      nTokens: n,
-      nOutputs: n,
-      nKv: o.nCtx,
-      slot: { idxs: Array.from({ length: n }, (_, i) => i) },
-    });
-    this.#sched.reserve(g);
+    this.label = label;
+    this.threads = p.o.threads;
+    this.kvType = p.o.kvType;
+    this.backendChoice = p.o.backend;
+    this.nCtx = p.o.nCtx;
+    this.nBatch = p.o.nBatch;
+    this.#backends = p.backends;
+    this.#kv = p.kv;
+    this.#sched = p.sched;
+    this.#taps = p.taps;
+    this.#use = p.use;
+    forgotten.register(this, { backends: p.backends, use: p.use }, this);
   }
 
-  /** Creates a context for `model`. */
+  /**
+   * Creates a context for `model`. Failure-atomic: when any step fails
+   * (an allocation too large, a disposed model), everything allocated before
+   * it is freed and nothing stays registered with the model.
+   */
   static async create(model: Model, options: ContextOptions = {}): Promise<Context> {
     validateContextOptions(model.hparams, options);
     const hp = model.hparams;
@@ -139,6 +274,25 @@ export class Context implements Disposable {
       throw new ContextError(`nBatch must be a positive integer, got ${nBatch}`);
     }
     const kind = options.backend ?? "cpu";
+    const o = {
+      nCtx,
+      nBatch,
+      threads: options.threads,
+      kvType: options.kvType ?? "f16",
+      backend: kind,
+    } as const;
+    const id = nextId++;
+    const label = `Context #${id} (nCtx ${nCtx}, ${
+      typeof kind === "string" ? kind : `cpuLayers ${kind.cpuLayers}`
+    })`;
+    // Freed in reverse order if any step below throws.
+    using stack = new DisposableStack();
+    const creating = {}; // stands for the context in the model's list until it exists
+    const use = attachToModel(model, creating, label);
+    stack.defer(() => {
+      use.closing();
+      use.freed();
+    });
     let backends: Backend[];
     let assign: (layer: number) => Backend;
     if (kind === "ref") {
@@ -146,7 +300,7 @@ export class Context implements Disposable {
       backends = [ref];
       assign = () => ref;
     } else {
-      const cpu = await CpuBackend.create({ threads: options.threads });
+      const cpu = stack.use(await CpuBackend.create({ threads: options.threads }));
       if (kind === "cpu") {
         backends = [cpu];
         assign = () => cpu;
@@ -156,28 +310,73 @@ export class Context implements Disposable {
         assign = (layer) => (layer < kind.cpuLayers ? cpu : ref);
       }
     }
-    return new Context(
-      model,
-      { nCtx, nBatch, threads: options.threads, kvType: options.kvType ?? "f16", backend: kind },
-      backends,
-      assign,
-      options.debugTaps,
+    const newKv = (pick: (layer: number) => Backend) =>
+      new KvCache({
+        size: nCtx,
+        nLayer: hp.nLayer,
+        nHeadKv: hp.nHeadKv,
+        nEmbdHeadK: hp.headDimK,
+        nEmbdHeadV: hp.headDimV,
+        typeK: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
+        typeV: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
+        backend: pick,
+      });
+    const names = (layer: number) => assign(layer).name;
+    const schedOpts = { assign: (node: Tensor) => names(node.layer < 0 ? hp.nLayer : node.layer) };
+    const taps = options.debugTaps?.length ? new Set(options.debugTaps) : undefined;
+    // Worst case: a full batch attending the whole cache.
+    const n = Math.min(nBatch, nCtx);
+    const worst = (kv: KvCache) =>
+      build(model, kv, taps, {
+        nTokens: n,
+        nOutputs: n,
+        nKv: nCtx,
+        slot: { idxs: Array.from({ length: n }, (_, i) => i) },
+      }).g;
+    // Measured first with stand-ins that allocate nothing: a context too big
+    // for this machine fails here, before gigabytes are zero-filled (or the
+    // kernel's OOM killer ends the process).
+    const dry = new Map(backends.map((b) => [b, dryBackend(b)]));
+    const kvDry = newKv((layer) => dry.get(assign(layer))!);
+    const arenas = new Scheduler([...dry.values()], schedOpts).measure(worst(kvDry));
+    const short = memoryShortfall(
+      kvDry.totalBytes,
+      [...arenas.values()].reduce((a, b) => a + b, 0),
     );
+    if (short) throw new ContextError(`${label} ${short}; use a smaller nCtx or nBatch`);
+    const kv = stack.use(newKv(assign));
+    const sched = stack.use(new Scheduler(backends, schedOpts));
+    sched.reserve(worst(kv));
+    const ctx = new Context(model, label, { o, backends, kv, sched, taps, use });
+    // Weakly, so that a forgotten context is still collected and finalized.
+    use.own(ctx);
+    stack.move();
+    return ctx;
   }
 
-  #build(step: Parameters<typeof buildLlamaGraph>[5]): { g: Graph; io: LlamaGraph } {
-    const g = new Graph();
-    const m = this.model;
-    const io = buildLlamaGraph(
-      g,
-      m.hparams,
-      m.weights,
-      new WeightLeaves(m.file, g),
-      this.#kv,
-      step,
-      this.#taps,
-    );
-    return { g, io };
+  /** Whether {@link Context[Symbol.dispose]} was called. */
+  get disposed(): boolean {
+    return this.#state !== "open";
+  }
+
+  /** Whether a decode or generation holds the context now. */
+  get busy(): boolean {
+    return this.#lock.held;
+  }
+
+  #assertOpen(what: string): void {
+    if (this.#state !== "open") {
+      throw new ContextDisposedError(`${what}: ${this.label} is disposed`);
+    }
+  }
+
+  #assertFree(what: string): void {
+    this.#assertOpen(what);
+    if (this.#lock.held) {
+      throw new ContextBusyError(
+        `${what}: ${this.label} is in use by a decode or generation; await it first`,
+      );
+    }
   }
 
   /** Tokens currently in the cache for sequence 0 (the next position). */
@@ -185,57 +384,135 @@ export class Context implements Disposable {
     return this.#kv.seqPosMax(0) + 1;
   }
 
-  /** Forgets everything cached. */
+  /** Forgets everything cached. Throws {@link ContextBusyError} while a decode holds the context. */
   clear(): void {
+    this.#assertFree("clear");
     this.#kv.clear();
   }
 
   /** Drops cached positions >= pos of sequence 0 (to rewind or re-prompt). */
   truncate(pos: number): void {
+    this.#assertFree("truncate");
+    this.#truncate(pos);
+  }
+
+  #truncate(pos: number): void {
+    if (!Number.isInteger(pos) || pos < 0) {
+      throw new ContextError(`truncate: position must be a non-negative integer, got ${pos}`);
+    }
     this.#kv.seqRm(0, pos, -1);
   }
 
   /**
-   * Evaluates `tokens` after what the cache holds and returns logits of the
-   * last token, or of every token with `allLogits`.
+   * Waits for the context (callers are served in call order) and returns a
+   * lease for exclusive use; dispose the lease to pass the context on.
+   * {@link generate} holds one for a whole generation, so two generations
+   * on one context run one after the other.
    */
-  async decode(
-    tokens: ArrayLike<number>,
-    opts: { allLogits?: boolean; signal?: AbortSignal } = {},
-  ): Promise<DecodeResult> {
-    validateDecode(this, tokens, opts);
+  async acquire(signal?: AbortSignal): Promise<ContextLease> {
+    this.#assertOpen("acquire");
+    const release = await this.#lock.acquire(signal);
+    if (this.#state !== "open") {
+      release();
+      this.#assertOpen("acquire");
+    }
+    return new ContextLease(this, {
+      decode: (tokens, opts) => this.#decodeNow(tokens, opts),
+      clear: () => {
+        this.#assertOpen("clear");
+        this.#kv.clear();
+      },
+      truncate: (pos) => {
+        this.#assertOpen("truncate");
+        this.#truncate(pos);
+      },
+      release,
+    });
+  }
+
+  /**
+   * Evaluates `tokens` after what the cache holds and returns logits of the
+   * last token, or of every token with `allLogits`. Waits while another
+   * decode or generation holds the context. On failure or abort the cache
+   * is left as it was before the call.
+   */
+  async decode(tokens: ArrayLike<number>, opts: ContextDecodeOptions = {}): Promise<DecodeResult> {
+    validateDecode(this, tokens, opts); // before waiting for the context
+    using lease = await this.acquire(opts.signal);
+    return await lease.decode(tokens, opts);
+  }
+
+  #decodeNow(tokens: ArrayLike<number>, opts: ContextDecodeOptions): Promise<DecodeResult> {
+    this.#assertOpen("decode");
+    validateDecode(this, tokens, opts); // leases reach here without decode()
+    if (this.#running) {
+      throw new ContextBusyError(`decode: ${this.label} is already decoding for this lease`);
+    }
     const n = tokens.length;
     if (n === 0) throw new ContextError("decode: no tokens");
-    const hp = this.model.hparams;
+    const nVocab = this.model.hparams.nVocab;
+    const ids = Int32Array.from(tokens);
+    for (let i = 0; i < n; i++) {
+      // Token ids become get_rows row indices in the kernels.
+      if (!(ids[i] === tokens[i] && ids[i] >= 0 && ids[i] < nVocab)) {
+        throw new ContextError(`decode: token ${tokens[i]} at ${i} outside 0..${nVocab - 1}`);
+      }
+    }
     if (this.nPast + n > this.nCtx) {
       throw new ContextError(
         `decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtx}`,
       );
     }
+    const signal = opts.signal
+      ? AbortSignal.any([opts.signal, this.#closer.signal])
+      : this.#closer.signal;
+    const run = this.#decodeAll(ids, opts.allLogits ?? false, signal);
+    this.#running = run;
+    const clear = () => {
+      this.#running = null;
+    };
+    run.then(clear, clear);
+    return run;
+  }
+
+  async #decodeAll(ids: Int32Array, all: boolean, signal: AbortSignal): Promise<DecodeResult> {
+    const n = ids.length;
     const logitsFlags = new Uint8Array(n);
-    if (opts.allLogits) logitsFlags.fill(1);
+    if (all) logitsFlags.fill(1);
     else logitsFlags[n - 1] = 1;
-    this.#splitter.init({ token: Int32Array.from(tokens), logits: logitsFlags }, {
-      nVocab: hp.nVocab,
+    this.#splitter.init({ token: ids, logits: logitsFlags }, {
+      nVocab: this.model.hparams.nVocab,
       memory: this.#kv,
     });
     this.#splitter.splitReset();
     const out: Float32Array[] = [];
-    for (
-      let ub = this.#splitter.splitSimple(this.nBatch);
-      ub;
-      ub = this.#splitter.splitSimple(this.nBatch)
-    ) {
-      opts.signal?.throwIfAborted();
-      out.push(...await this.#decodeUbatch(ub, opts.signal));
+    const undo: SlotUndo[] = [];
+    try {
+      for (
+        let ub = this.#splitter.splitSimple(this.nBatch);
+        ub;
+        ub = this.#splitter.splitSimple(this.nBatch)
+      ) {
+        signal.throwIfAborted();
+        const slot = this.#kv.findSlot(ub);
+        if (!slot) {
+          throw new ContextError(`decode: no room for ${ub.nTokens} tokens in the KV cache`);
+        }
+        undo.push(this.#kv.saveSlot(slot));
+        this.#kv.applyUbatch(slot, ub);
+        out.push(...await this.#decodeUbatch(ub, slot, signal));
+      }
+    } catch (e) {
+      // The whole call is undone, completed micro-batches included, so the
+      // caller can retry it: the cells go back to what they were, and the
+      // keys and values written into them are masked out until overwritten.
+      if (this.#state === "open") this.#kv.undo(undo);
+      throw e;
     }
     return { logits: out };
   }
 
-  async #decodeUbatch(ub: Ubatch, signal?: AbortSignal): Promise<Float32Array[]> {
-    const slot = this.#kv.findSlot(ub);
-    if (!slot) throw new ContextError(`decode: no room for ${ub.nTokens} tokens in the KV cache`);
-    this.#kv.applyUbatch(slot, ub);
+  async #decodeUbatch(ub: Ubatch, slot: SlotInfo, signal: AbortSignal): Promise<Float32Array[]> {
     const nKv = this.#kv.nKv();
     const outRows: number[] = [];
     ub.output.forEach((f, i) => f && outRows.push(i));
@@ -250,7 +527,12 @@ export class Context implements Disposable {
     } else {
       last = null;
       this.#last = null; // until the new plan is in place
-      const { g, io } = this.#build({ nTokens: ub.nTokens, nOutputs: outRows.length, nKv, slot });
+      const { g, io } = build(this.model, this.#kv, this.#taps, {
+        nTokens: ub.nTokens,
+        nOutputs: outRows.length,
+        nKv,
+        slot,
+      });
       sched.alloc(g);
       last = this.#last = { key, g, io };
     }
@@ -262,18 +544,51 @@ export class Context implements Disposable {
     sched.setInput(io.mask, this.#mask);
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);
+    signal.throwIfAborted(); // the flag may have come after the last node
     this.lastTaps.clear();
     for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
+    if (!io.logits) return [];
     const all = sched.read(io.logits); // a copy the caller may keep
     if (outRows.length === 1) return [all];
     const nVocab = this.model.hparams.nVocab;
     return outRows.map((_, r) => all.subarray(r * nVocab, (r + 1) * nVocab));
   }
 
-  /** Frees the cache, arenas and backends. */
-  [Symbol.dispose](): void {
+  #free(): void {
+    if (this.#state === "freed") return;
+    this.#state = "freed";
+    forgotten.unregister(this);
+    this.#last = null;
     this.#sched[Symbol.dispose]();
     this.#kv[Symbol.dispose]();
     for (const b of this.#backends) b[Symbol.dispose]();
+    this.#use.freed();
+    this.#freed.resolve();
+  }
+
+  /**
+   * Frees the cache, arenas and backends. A decode running now is cancelled
+   * (it rejects with {@link ContextDisposedError}) and the memory is freed
+   * when the kernels return; decodes waiting for the context reject.
+   */
+  [Symbol.dispose](): void {
+    if (this.#state !== "open") return;
+    this.#state = "closing";
+    this.#use.closing();
+    const reason = new ContextDisposedError(`${this.label} was disposed`);
+    this.#lock.failAll(reason);
+    this.#closer.abort(reason);
+    if (this.#running) {
+      const free = () => this.#free();
+      this.#running.then(free, free);
+    } else {
+      this.#free();
+    }
+  }
+
+  /** Like {@link Context[Symbol.dispose]}, then waits until the native memory is freed. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this[Symbol.dispose]();
+    await this.#freed.promise;
   }
 }

@@ -94,7 +94,9 @@ export function samplerFor(ctx: Context, opts: GenerateOptions = {}): SamplerCha
 /**
  * Generates from `prompt`, yielding each token as it is sampled; the
  * iterator's return value is the {@link GenerateResult}. The context's cache
- * is cleared first.
+ * is cleared first. The generation holds the context from its first step
+ * until it finishes (or the iterator is returned): a second generation or
+ * decode on the same context waits for it rather than mixing into it.
  */
 export async function* generate(
   ctx: Context,
@@ -116,11 +118,12 @@ export async function* generate(
   // Penalties look at the prompt; the grammar constrains only the output.
   for (const id of promptIds) chain.accept(id, false);
 
+  using lease = await ctx.acquire(opts.signal);
   let guide: Context | null = null;
   try {
-    ctx.clear();
+    lease.clear();
     const t0 = performance.now();
-    let logits = (await ctx.decode(promptIds, { signal: opts.signal })).logits[0];
+    let logits = (await lease.decode(promptIds, { signal: opts.signal })).logits[0];
     let guideLogits: Float32Array | null = null;
     if (opts.cfg && opts.cfg.scale !== 1) {
       guide = await Context.create(ctx.model, contextOptionsOf(ctx));
@@ -152,7 +155,7 @@ export async function* generate(
         stopReason = "context";
         break;
       }
-      logits = (await ctx.decode([id], { signal: opts.signal })).logits[0];
+      logits = (await lease.decode([id], { signal: opts.signal })).logits[0];
       if (guide) guideLogits = (await guide.decode([id], { signal: opts.signal })).logits[0];
     }
     const tail = stream.flush();

@@ -1,0 +1,50 @@
+/**
+ * Sizing a context before allocating it: stand-in backends that allocate
+ * nothing (so the worst-case graph can be planned and measured), and the
+ * check of the total against the machine's memory. A context too big fails
+ * before gigabytes are zero-filled, or the kernel's OOM killer ends the
+ * process.
+ *
+ * @module
+ */
+import type { Backend } from "../backend/types.ts";
+
+/** A stand-in for `b` that allocates nothing: for measuring a context before allocating it. */
+export function dryBackend(b: Backend): Backend {
+  return {
+    name: b.name,
+    supportsOp: (q) => b.supportsOp(q),
+    alloc: (size) => ({ backend: b.name, size, bytes: new Uint8Array(0), ptr: null }),
+    free() {},
+    compute: () => Promise.reject(new Error("a dry-run backend cannot compute")),
+    [Symbol.dispose]() {},
+  };
+}
+
+/** Physical memory plus swap in bytes (Linux), or undefined when unknown. */
+export function memoryLimit(): number | undefined {
+  try {
+    const text = Deno.readTextFileSync("/proc/meminfo");
+    const kb = (key: string) =>
+      Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0);
+    const total = (kb("MemTotal") + kb("SwapTotal")) * 1024;
+    return total > 0 ? total : undefined;
+  } catch {
+    return undefined; // not Linux, or no read permission
+  }
+}
+
+const GB = (n: number) => `${(n / 1e9).toFixed(1)} GB`;
+
+/**
+ * Why `kvBytes + computeBytes` cannot fit this machine ("needs 37.9 GB (KV
+ * cache 3.1 GB, compute 34.8 GB), more than …"), or null when it can or the
+ * limit is unknown.
+ */
+export function memoryShortfall(kvBytes: number, computeBytes: number): string | null {
+  const limit = memoryLimit();
+  const need = kvBytes + computeBytes;
+  if (limit === undefined || need <= limit) return null;
+  return `needs ${GB(need)} (KV cache ${GB(kvBytes)}, compute ${GB(computeBytes)}), ` +
+    `more than this machine's ${GB(limit)} of memory and swap`;
+}
