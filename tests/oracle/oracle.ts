@@ -464,6 +464,39 @@ function readCpu(lib: Deno.DynamicLibrary<typeof BASE>, forced: boolean): Oracle
 }
 
 /**
+ * Variants ggml may pick whose operation order none of our SIMD levels
+ * follows (see {@link variantLevel}): pre-AVX2 builds and AMX.
+ */
+const UNFOLLOWED_VARIANTS = ["sse42", "sandybridge", "ivybridge", "piledriver", "sapphirerapids"];
+
+/**
+ * "" (let ggml load its best variant) when ggml's pick is one our kernels
+ * follow; otherwise the best-scoring variant this CPU runs that they do
+ * follow (x64 runs on every x86-64 CPU), so the parity tests compare like
+ * with like on every machine instead of failing on an order we never
+ * claimed. LLM_EDGE_ORACLE_CPU still selects any variant explicitly.
+ */
+function followedVariant(lib: Deno.DynamicLibrary<typeof BASE>): string {
+  const scored: { name: string; score: number }[] = [];
+  for (const e of Deno.readDirSync(ORACLE_BIN)) {
+    const m = /^libggml-cpu-([a-z0-9_]+)\.so$/.exec(e.name);
+    if (!m) continue;
+    const score = lib.symbols.or_variant_score(cstr(join(ORACLE_BIN, e.name)));
+    if (score > 0) scored.push({ name: m[1], score });
+  }
+  scored.sort((a, b) => b.score - a.score);
+  if (scored.length === 0 || !UNFOLLOWED_VARIANTS.includes(scored[0].name)) return "";
+  const pick = scored.find((v) => !UNFOLLOWED_VARIANTS.includes(v.name));
+  if (!pick) return "";
+  console.error(
+    `oracle: llama.cpp would load its ${scored[0].name} variant here, whose order our ` +
+      `kernels do not follow; comparing with its ${pick.name} variant instead ` +
+      `(${ORACLE_CPU_ENV}=${scored[0].name} forces the other)`,
+  );
+  return pick.name;
+}
+
+/**
  * Installs (if needed) and opens llama.cpp; safe to call many times.
  *
  * llama.cpp loads the best CPU variant this machine runs, or only the one
@@ -476,10 +509,11 @@ export async function loadOracle(): Promise<Oracle> {
   if (!base) {
     const path = await ensureOracle();
     const lib = Deno.dlopen(path, BASE);
-    const variant = Deno.env.get(ORACLE_CPU_ENV) ?? "";
-    if (variant && !/^[a-z0-9_.]+$/.test(variant)) {
-      throw new Error(`oracle: ${ORACLE_CPU_ENV}=${variant} is not a variant name`);
+    const forced = Deno.env.get(ORACLE_CPU_ENV) ?? "";
+    if (forced && !/^[a-z0-9_.]+$/.test(forced)) {
+      throw new Error(`oracle: ${ORACLE_CPU_ENV}=${forced} is not a variant name`);
     }
+    const variant = forced || followedVariant(lib);
     const rc = lib.symbols.or_init(
       cstr(ORACLE_BIN),
       Deno.env.get("ORACLE_VERBOSE") ? 1 : 0,
@@ -487,12 +521,14 @@ export async function loadOracle(): Promise<Oracle> {
     );
     if (rc === -2) {
       throw new Error(
-        `oracle: ${ORACLE_CPU_ENV}=${variant}: ${ORACLE_BIN}/libggml-cpu-${variant}.so ` +
+        `oracle: ${
+          forced ? `${ORACLE_CPU_ENV}=` : ""
+        }${variant}: ${ORACLE_BIN}/libggml-cpu-${variant}.so ` +
           `is missing or this CPU cannot run it`,
       );
     }
     if (rc !== 0) throw new Error(`oracle: no ggml backend found in ${ORACLE_BIN}`);
-    cpu = readCpu(lib, variant !== "");
+    cpu = readCpu(lib, forced !== "");
     base = lib;
     const set = (await loadLibrary()).symbols.le_set_simd_level(cpu.simdLevel);
     if (set !== cpu.simdLevel) {
