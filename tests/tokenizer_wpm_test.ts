@@ -4,6 +4,7 @@
  * `decode` dropping a leading U+FEFF that llama.cpp's detokenize keeps.
  */
 import assert from "node:assert/strict";
+import { OptionError } from "../lib/options.ts";
 import { loadOracle } from "./oracle/oracle.ts";
 import { loadTokenizer, TOLSTOY, VOCAB_DIR, vocabFiles } from "./tokenizer_util.ts";
 
@@ -50,4 +51,12 @@ Deno.test("decode keeps a leading U+FEFF, as llama.cpp's detokenize does", async
   }
   // Vocabs that keep the character must be among the fixtures (bert drops it as Cf).
   assert.ok(kept > 10, `only ${kept} detokenizations start with U+FEFF`);
+});
+
+Deno.test("Tokenizer.decode rejects ids that are not integer token ids (1.5 was silently empty)", async () => {
+  const tk = await loadTokenizer(TOLSTOY);
+  for (const id of [1.5, NaN, Infinity, -1, tk.vocab.texts.length]) {
+    assert.throws(() => tk.decode([id]), (e: unknown) => e instanceof OptionError, `id ${id}`);
+  }
+  assert.equal(typeof tk.decode([tk.vocab.texts.length - 1]), "string");
 });

@@ -9,6 +9,7 @@ import { BpeEncoder, SpmEncoder, WpmEncoder } from "./models.ts";
 import { CHAR_TO_BYTE, codePoints } from "./unicode.ts";
 import type { WordCacheOptions } from "./word_cache.ts";
 import { TokenAttr, TokenizerError, Vocab, type VocabData, vocabDataFromGGUF } from "./vocab.ts";
+import { OptionError } from "../options.ts";
 
 /** Options of {@linkcode Tokenizer.encode}. */
 export interface EncodeOptions {
@@ -191,7 +192,15 @@ export class Tokenizer {
    */
   pieceBytes(id: number, opts: { special?: boolean; lstrip?: number } = {}): Uint8Array {
     const v = this.vocab;
-    if (!(id >= 0 && id < v.texts.length)) throw new RangeError(`token id ${id} out of range`);
+    if (!(Number.isInteger(id) && id >= 0 && id < v.texts.length)) {
+      // 1.5 would index no piece and come out as "" without this check.
+      throw new OptionError(
+        "Tokenizer.decode",
+        "id",
+        id,
+        `an integer token id in 0..${v.texts.length - 1}`,
+      );
+    }
     if (!opts.special && (v.attrs[id] & (TokenAttr.UNKNOWN | TokenAttr.CONTROL))) return EMPTY;
     let p = this.#pieces[id];
     if (!p) p = this.#pieces[id] = this.#piece(id);
