@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { generateText } from "../lib/runtime/generate.ts";
-import { loadOracle, type OracleContext, top2 } from "./oracle/oracle.ts";
+import { loadOracle, NEAR_TIE, type OracleContext, top2 } from "./oracle/oracle.ts";
 import { TOLSTOY_F32 } from "./oracle/models.ts";
 
 const N_BATCH = 32;
@@ -59,7 +59,10 @@ Deno.test("long prompt: 96 tokens through nBatch 32 give llama.cpp's last logits
   assert.equal(got.length, 1);
   const d = maxAbsDiff(got[0], want);
   console.log(`96-token prompt, nBatch 32: last logits max |diff| = ${d.toExponential(2)}`);
-  assert.ok(d <= TOL, `last logits differ by ${d}`);
+  // Same micro-batch shapes in both engines: bit-identical wherever our
+  // kernels follow the oracle's CPU variant (tests/parity_ops_test.ts).
+  const limit = oracle.cpu.exact ? 0 : TOL;
+  assert.ok(d <= limit, `last logits differ by ${d} (limit ${limit}, ${oracle.cpu.name})`);
   assert.equal(ctx.nPast, 96);
   // One decode of all 96 with one micro-batch agrees as well (same rows, other shapes).
   using whole = await Context.create(model, { nCtx: 256, nBatch: 512, threads: 2 });
@@ -87,7 +90,7 @@ Deno.test("long prompt: generate() with a prompt of 3x nBatch follows llama.cpp 
   using ctx = await Context.create(model, { nCtx: 256, nBatch: N_BATCH, threads: 2 });
   assert.deepEqual(model.tokenizer.encode(TEXT), ids);
   const res = await generateText(ctx, TEXT, { maxTokens: 8, temperature: 0, stopAtEog: false });
-  const tie = gaps.findIndex((g) => g < 0.01);
+  const tie = gaps.findIndex((g) => g < NEAR_TIE);
   const upto = tie < 0 ? want.length : tie;
   assert.ok(upto >= 4, `near-tie at step ${tie}`);
   assert.deepEqual(res.tokens.slice(0, upto), want.slice(0, upto));
