@@ -11,8 +11,10 @@
  *
  * Bit-identity needs our SIMD level to follow the CPU variant llama.cpp
  * loaded (tests/oracle/oracle.ts `OracleCpu`): AVX-512 ↔ its icelake build,
- * AVX2 ↔ its haswell build. For other variants (x64's generic quant dots,
- * pre-AVX2 builds, AMX) the test is skipped with the reason printed. A
+ * AVX2 ↔ its haswell build, scalar ↔ its x64 build (ggml's generic C quant
+ * dots, no repacking; LLM_EDGE_ORACLE_CPU=x64 selects it). For other
+ * variants (pre-AVX2 builds with SSE3/AVX, AMX) the test is skipped with the
+ * reason printed. A
  * failure names the first tensor, in execution order, that differs.
  */
 import assert from "node:assert/strict";
@@ -62,12 +64,10 @@ const SIMD = !cpu.exact
   ? "AVX-512"
   : cpu.simdLevel === SimdLevel.AVX2
   ? "AVX2"
+  : cpu.simdLevel === SimdLevel.SCALAR
+  ? "scalar"
   : null;
-const SKIP = SIMD
-  ? ""
-  : cpu.exact
-  ? `llama.cpp's ${cpu.name} variant runs ggml's generic quant dots, which our scalar level does not follow`
-  : cpu.reason;
+const SKIP = SIMD ? "" : cpu.exact ? `no SIMD level of ours maps to ${cpu.name}` : cpu.reason;
 if (SKIP) console.log(`parity_quant_ops_test: skipped: ${SKIP}`);
 
 /** tolstoy-6m quantized by llama.cpp to `ftype` (cached in .cache/models). */

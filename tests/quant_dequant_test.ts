@@ -2,7 +2,8 @@
  * The quantized types against ggml itself: reference quantizers byte-exact
  * (C and, for the legacy types, TS), dequantization bit-exact (C, TS, ggml's
  * to_float) on every tensor of llama.cpp's tolstoy-6m files, and dot products
- * within test-quantize-fns' tolerances with all SIMD levels agreeing.
+ * within test-quantize-fns' tolerances, the scalar level bit-identical with
+ * llama.cpp's x64 build and the AVX2 and AVX-512 levels agreeing.
  */
 import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
@@ -83,7 +84,7 @@ Deno.test("dequantization is bit-exact with ggml on every tensor of llama.cpp's 
   }
 });
 
-Deno.test("vec_dot within test-quantize-fns tolerances; SIMD levels agree", () => {
+Deno.test("vec_dot: tolerances; scalar level = llama.cpp x64; AVX2 = AVX-512", async () => {
   // test-quantize-fns: data 0.1 + a*cos(i + offset), 4096 elements,
   // |dot - float dot| / n < 0.02 (0.04 for q2_K and q3_K)
   const n = 4096;
@@ -92,30 +93,64 @@ Deno.test("vec_dot within test-quantize-fns tolerances; SIMD levels agree", () =
   const a = gen(0), b = gen(1);
   let ref = 0;
   for (let i = 0; i < n; i++) ref += a[i] * b[i];
-  const levels: number[] = [SimdLevel.SCALAR];
+  // Rows for the exactness checks: the cos data and random rows over six
+  // decades of scale (multi-super-block chains, both signs of the min terms).
+  const r = rng(11);
+  const rows: [Float32Array, Float32Array][] = [[a, b]];
+  for (let k = 0; k < 6; k++) {
+    const len = 256 * (1 + (k % 4)) * (k < 3 ? 1 : 4);
+    const sa = 10 ** (k - 3), sb = 10 ** (2 - k);
+    rows.push([
+      new Float32Array(len).map(() => (r() - 0.3) * sa),
+      new Float32Array(len).map(() => (r() - 0.5) * sb * (r() < 0.05 ? 8 : 1)),
+    ]);
+  }
+  const simd: number[] = [];
   const feats = lib.symbols.le_cpu_features();
-  if (feats & 1) levels.push(SimdLevel.AVX2);
-  if (feats & 2) levels.push(SimdLevel.AVX512);
+  if (feats & 1) simd.push(SimdLevel.AVX2);
+  if (feats & 2) simd.push(SimdLevel.AVX512);
+  const oq = await loadOracleQuant();
+  const dot = (level: number, t: number, q: Uint8Array, y: Float32Array) => {
+    assert.equal(lib.symbols.le_set_simd_level(level), level);
+    const o = new Float32Array(1);
+    assert.equal(lib.symbols.le_vec_dot(t, BigInt(y.length), q, y, o), 0);
+    return o[0];
+  };
+  let x64Checked = 0;
   try {
     for (const t of WEIGHT_TYPES) {
-      const q = new Uint8Array(bytesOf(t, n));
-      lib.symbols.le_quantize_row(t, a, q, BigInt(n));
-      const out: number[] = [];
-      for (const level of levels) {
-        assert.equal(lib.symbols.le_set_simd_level(level), level);
-        const o = new Float32Array(1);
-        assert.equal(lib.symbols.le_vec_dot(t, BigInt(n), q, b, o), 0);
-        out.push(o[0]);
-      }
       const tol = t === T.Q2_K || t === T.Q3_K ? 0.04 : 0.02;
-      for (const v of out) {
-        assert.ok(Math.abs(v - ref) / n < tol, `${ggmlTypeName(t)}: ${v} vs ${ref}`);
-        // K-quants sum exact integers per super-block: identical across levels
-        const same = ggmlTypeInfo(t)!.blockSize === 256 ? 0 : 1e-5 * Math.abs(out[0]);
-        assert.ok(Math.abs(v - out[0]) <= same, `${ggmlTypeName(t)} levels ${out}`);
+      for (const [ri, [x, y]] of rows.entries()) {
+        const q = new Uint8Array(bytesOf(t, x.length));
+        lib.symbols.le_quantize_row(t, x, q, BigInt(x.length));
+        // The scalar level follows llama.cpp's x64 build (ggml's generic C
+        // vec_dots and reference activation quantizers, kernels/PARITY.md
+        // §14): bit-identical with that build's own vec_dot.
+        const s = dot(SimdLevel.SCALAR, t, q, y);
+        const x64 = Deno.build.arch === "x86_64" ? oq.variantVecDot("x64", t, q, y) : null;
+        if (x64 !== null) {
+          assert.equal(s, x64, `${ggmlTypeName(t)} row ${ri}: scalar ${s} vs x64 ${x64}`);
+          x64Checked++;
+        }
+        const out = [s, ...simd.map((level) => dot(level, t, q, y))];
+        if (ri === 0) {
+          for (const v of out) {
+            assert.ok(Math.abs(v - ref) / n < tol, `${ggmlTypeName(t)}: ${v} vs ${ref}`);
+          }
+        }
+        // AVX2 and AVX-512 follow the same llama.cpp orders: K-quants (exact
+        // integers per super-block, same float chains) agree exactly.
+        const simdOut = out.slice(1);
+        for (const v of simdOut) {
+          const same = ggmlTypeInfo(t)!.blockSize === 256 ? 0 : 1e-5 * Math.abs(simdOut[0]);
+          assert.ok(Math.abs(v - simdOut[0]) <= same, `${ggmlTypeName(t)} levels ${out}`);
+        }
       }
     }
   } finally {
     lib.symbols.le_set_simd_level(SimdLevel.BEST);
+  }
+  if (Deno.build.arch === "x86_64") {
+    assert.equal(x64Checked, WEIGHT_TYPES.length * rows.length, "x64 oracle reachable");
   }
 });

@@ -3,23 +3,26 @@
  * per-16 sums), so integer partial sums are exact; what must match ggml is
  * which integers are formed (SIMD lanes, chunks) and the float operations
  * that combine them, which each type file copies from the ggml kernel
- * llama.cpp runs on x86 (ggml_vec_dot_* AVX2, or repack.cpp's gemv/gemm). */
+ * llama.cpp runs on x86 (ggml_vec_dot_* AVX2, or repack.cpp's gemv/gemm;
+ * at the scalar level the generic C of its x64 build). */
 #ifndef LE_Q_K_SIMD_H
 #define LE_Q_K_SIMD_H
 #include "q_common.h"
 
 #define LE_INLINE static inline __attribute__((always_inline))
 
-/* sum of qu[j]*y[j] over n codes */
-static inline int32_t le_kdot_scalar(const uint8_t *qu, const int8_t *y, int n) {
-  int32_t s = 0;
-  for (int j = 0; j < n; j++) s += qu[j] * y[j];
-  return s;
+/* ggml's generic K-quant dots (ggml_vec_dot_q{3,4,5,6}_K_q8_K_generic, what
+ * llama.cpp's x64 build runs and our scalar level follows) keep 8 int32
+ * lanes per super-block, lane l holding the scaled products of elements
+ * e % 8 == l, and 8 float sums across super-blocks: sums[l] += d * lane[l]
+ * (a rounded product, then a rounded add: x64 has no FMA to contract into).
+ * The lanes are added into sumf one by one at the end. */
+static inline void le_k_lanes_generic(float sums[8], const int32_t lane[8], float d) {
+  for (int l = 0; l < 8; l++) sums[l] += d * (float)lane[l];
 }
-
-/* ggml's hsum_float_8 (halves, then pairs, then the last two) in scalar form */
-static inline float le_hsum8_scalar(const float a[8]) {
-  return ((a[4] + a[0]) + (a[6] + a[2])) + ((a[5] + a[1]) + (a[7] + a[3]));
+static inline float le_k_reduce_generic(float sumf, const float sums[8]) {
+  for (int l = 0; l < 8; l++) sumf += sums[l];
+  return sumf;
 }
 
 #if defined(LE_X86)

@@ -63,31 +63,25 @@ static void q2_k_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
-/* ggml's AVX2 q2_K dot (its non-repacked kernel on x86) in scalar form:
- * 8 float lanes; per super-block lane l first takes the min products of
- * groups 2l and 2l+1 (scaled by -dmin), then the scaled code sums of bytes
- * 4l..4l+3 of every 32-code chunk (scaled by d), each by one fma; the lanes
- * are reduced at the end. */
+/* ggml_vec_dot_q2_K_q8_K_generic (llama.cpp's x64 build): one float chain,
+ * per super-block sumf += dall * isum - dmin * summs with both products
+ * rounded (no FMA in that build), isum and summs exact integers. */
 static void dot_q2_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q2_k *x = vx;
   const le_block_q8_k *y = vy;
-  float acc[8] = {0};
+  float sumf = 0.0f;
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
-    int32_t lane[8] = {0};
+    int32_t summs = 0, isum = 0;
+    for (int j = 0; j < 16; j++) summs += y[i].bsums[j] * (x[i].scales[j] >> 4);
     for (int e = 0; e < LE_QK_K; e++) {
       const int q = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-      lane[(e % 32) / 4] += (x[i].scales[e / 16] & 0xF) * (q * y[i].qs[e]);
+      isum += (x[i].scales[e / 16] & 0xF) * (q * y[i].qs[e]);
     }
-    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
-    const float mdmin = -y[i].d * le_fp16_to_fp32(x[i].dmin);
-    for (int l = 0; l < 8; l++) {
-      const int32_t mp = (x[i].scales[2 * l] >> 4) * y[i].bsums[2 * l] +
-                         (x[i].scales[2 * l + 1] >> 4) * y[i].bsums[2 * l + 1];
-      acc[l] = fmaf(mdmin, (float)mp, acc[l]);
-      acc[l] = fmaf(d, (float)lane[l], acc[l]);
-    }
+    const float dall = y[i].d * le_fp16_to_fp32(x[i].d);
+    const float dmin = y[i].d * le_fp16_to_fp32(x[i].dmin);
+    sumf += dall * (float)isum - dmin * (float)summs;
   }
-  *s = le_hsum8_scalar(acc);
+  *s = sumf;
 }
 
 #if defined(LE_X86)

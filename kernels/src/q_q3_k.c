@@ -75,22 +75,21 @@ static void q3_k_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
-/* The AVX2 order below in scalar form: lane l takes bytes 4l..4l+3 of every
- * 32-code chunk, each code minus its offset 4. */
+/* ggml_vec_dot_q3_K_q8_K_generic (llama.cpp's x64 build): lane e % 8 of
+ * each element's scaled product, le_k_lanes_generic's float sums. */
 static void dot_q3_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q3_k *x = vx;
   const le_block_q8_k *y = vy;
-  float acc[8] = {0};
+  float sums[8] = {0};
   int8_t sc[16];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     le_q3k_scales(x[i].scales, sc);
     int32_t lane[8] = {0};
     for (int e = 0; e < LE_QK_K; e++)
-      lane[(e % 32) / 4] += sc[e / 16] * ((q3_k_code(&x[i], e) - 4) * y[i].qs[e]);
-    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
-    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
+      lane[e % 8] += sc[e / 16] * ((q3_k_code(&x[i], e) - 4) * y[i].qs[e]);
+    le_k_lanes_generic(sums, lane, le_fp16_to_fp32(x[i].d) * y[i].d);
   }
-  *s = le_hsum8_scalar(acc);
+  *s = le_k_reduce_generic(0.0f, sums);
 }
 
 #if defined(LE_X86)

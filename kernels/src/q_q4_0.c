@@ -37,6 +37,9 @@ static void q4_0_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
+/* ggml_vec_dot_q4_0_q8_0's generic C (llama.cpp's x64 build):
+ * sumf += sumi * d_x * d_y, multiplied left to right (unlike q8_0, whose
+ * generic form rounds d_x * d_y first). */
 static void dot_q4_0_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q4_0 *x = vx;
   const le_block_q8_0 *y = vy;
@@ -47,7 +50,7 @@ static void dot_q4_0_scalar(int64_t n, float *s, const void *vx, const void *vy)
       si += ((x[i].qs[j] & 0x0f) - 8) * y[i].qs[j];
       si += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + LE_QK / 2];
     }
-    sum += (float)si * (le_fp16_to_fp32(x[i].d) * le_fp16_to_fp32(y[i].d));
+    sum += (float)si * le_fp16_to_fp32(x[i].d) * le_fp16_to_fp32(y[i].d);
   }
   *s = sum;
 }

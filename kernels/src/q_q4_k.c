@@ -99,24 +99,6 @@ int32_t le_summs_k4(const uint8_t *mins, const le_block_q8_k *y) {
   return s;
 }
 
-/* Exact integer pieces of one super-block: isum[p] = sum over the two
- * 32-code groups of 64-element chunk p of scale * (codes . activations),
- * msum[p] = the same chunk's min * (activation sum). */
-static void q4_k_chunks_scalar(const le_block_q4_k *x, const le_block_q8_k *y, int32_t isum[4],
-                               int32_t msum[4]) {
-  uint8_t sc[8], m[8], qu[32];
-  for (int g = 0; g < 8; g++) le_scale_min_k4(g, x->scales, &sc[g], &m[g]);
-  for (int p = 0; p < 4; p++) {
-    isum[p] = msum[p] = 0;
-    for (int h = 0; h < 2; h++) {
-      const int g = 2 * p + h;
-      for (int l = 0; l < 32; l++) qu[l] = h ? x->qs[32 * p + l] >> 4 : x->qs[32 * p + l] & 0xF;
-      isum[p] += sc[g] * le_kdot_scalar(qu, y->qs + 32 * g, 32);
-      msum[p] += m[g] * (y->bsums[2 * g] + y->bsums[2 * g + 1]);
-    }
-  }
-}
-
 /* llama.cpp's repacked q4_K kernels (ggml-cpu/arch/x86/repack.cpp, weights
  * with ne1 % 8 == 0): two float chains per output, one for the scale terms
  * and one for the min terms, subtracted at the end. Its gemv (one activation
@@ -146,13 +128,14 @@ LE_INLINE float q4_k_repack_dot(int64_t n, const void *vx, const void *vy, int p
   return acc - accm;
 }
 
-/* ggml_vec_dot_q4_K_q8_K's order (weights llama.cpp does not repack) in
- * scalar form: 8 lanes, lane l holding bytes 4l..4l+3 of each 32-code group
- * (one fma per super-block), a 4-lane min chain, both reduced at the end. */
+/* ggml_vec_dot_q4_K_q8_K_generic (llama.cpp's x64 build, which never
+ * repacks: its repack buffer types need AVX2): lane e % 8 of each element's
+ * scaled product into le_k_lanes_generic's float sums, the min terms
+ * subtracted from sumf as rounded products, the sums added in at the end. */
 static void dot_q4_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q4_k *x = vx;
   const le_block_q8_k *y = vy;
-  float acc[8] = {0}, accm[4] = {0};
+  float sums[8] = {0}, sumf = 0.0f;
   uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     for (int g = 0; g < 8; g++) le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
@@ -160,25 +143,12 @@ static void dot_q4_k_scalar(int64_t n, float *s, const void *vx, const void *vy)
     for (int g = 0; g < 8; g++)
       for (int e = 0; e < 32; e++) {
         const uint8_t b = x[i].qs[32 * (g / 2) + e];
-        lane[e / 4] += sc[g] * (((g & 1) ? b >> 4 : b & 0xF) * y[i].qs[32 * g + e]);
+        lane[e % 8] += sc[g] * (((g & 1) ? b >> 4 : b & 0xF) * y[i].qs[32 * g + e]);
       }
-    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
-    const float mdmin = -y[i].d * le_fp16_to_fp32(x[i].dmin);
-    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
-    for (int k = 0; k < 4; k++) {
-      const int32_t pm = m[2 * k] * (y[i].bsums[4 * k] + y[i].bsums[4 * k + 1]) +
-                         m[2 * k + 1] * (y[i].bsums[4 * k + 2] + y[i].bsums[4 * k + 3]);
-      accm[k] = fmaf(mdmin, (float)pm, accm[k]);
-    }
+    le_k_lanes_generic(sums, lane, le_fp16_to_fp32(x[i].d) * y[i].d);
+    sumf -= (le_fp16_to_fp32(x[i].dmin) * y[i].d) * (float)le_summs_k4(m, &y[i]);
   }
-  *s = le_hsum8_scalar(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
-}
-
-static void q4_k_gemv_scalar(int64_t n, float *s, const void *vx, const void *vy) {
-  *s = q4_k_repack_dot(n, vx, vy, 0, q4_k_chunks_scalar);
-}
-static void q4_k_gemm_scalar(int64_t n, float *s, const void *vx, const void *vy) {
-  *s = q4_k_repack_dot(n, vx, vy, 1, q4_k_chunks_scalar);
+  *s = le_k_reduce_generic(sumf, sums);
 }
 
 #if defined(LE_X86)
@@ -242,7 +212,6 @@ LE_TARGET_AVX2 static void q4_k_gemm_avx2(int64_t n, float *s, const void *vx, c
 LE_K_REPACK_TILES(q4_k_tiles_avx2, q4_k_gemv_avx2, q4_k_gemm_avx2)
 LE_K_REPACK_TILES(q4_k_tiles_avx512, q4_k_gemv_avx2, q4_k_gemm_avx2)
 #endif
-LE_K_REPACK_TILES(q4_k_tiles_scalar, q4_k_gemv_scalar, q4_k_gemm_scalar)
 
 const le_type_traits le_traits_q4_k = {
     .type = LE_TYPE_Q4_K,
@@ -260,8 +229,8 @@ const le_type_traits le_traits_q4_k = {
         [LE_SIMD_AVX512] = dot_q4_k_avx512,
 #endif
     },
+    /* none at the scalar level: llama.cpp's x64 build runs plain vec_dot */
     .gemm = {
-        [LE_SIMD_SCALAR] = &q4_k_tiles_scalar,
 #if defined(LE_X86)
         [LE_SIMD_AVX2] = &q4_k_tiles_avx2,
         [LE_SIMD_AVX512] = &q4_k_tiles_avx512,

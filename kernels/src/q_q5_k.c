@@ -48,25 +48,22 @@ static void q5_k_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
-/* The AVX2 order below in scalar form: lane l takes bytes 4l..4l+3 of every
- * 32-code group; the min terms form a separate scalar sum, which ggml's
- * build (-ffp-contract=fast) turns into one fma per super-block. */
+/* ggml_vec_dot_q5_K_q8_K_generic (llama.cpp's x64 build): as q4_K's
+ * scalar dot with the fifth bit; the min product is rounded (no FMA). */
 static void dot_q5_k_scalar(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q5_k *x = vx;
   const le_block_q8_k *y = vy;
-  float acc[8] = {0}, summs = 0.0f;
+  float sums[8] = {0}, sumf = 0.0f;
   uint8_t sc[8], m[8];
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     for (int g = 0; g < 8; g++) le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
     int32_t lane[8] = {0};
     for (int e = 0; e < LE_QK_K; e++)
-      lane[(e % 32) / 4] += sc[e / 32] * (q5_k_code(&x[i], e) * y[i].qs[e]);
-    const float d = y[i].d * le_fp16_to_fp32(x[i].d);
-    const float mdmin = -y[i].d * le_fp16_to_fp32(x[i].dmin);
-    summs = fmaf(mdmin, (float)le_summs_k4(m, &y[i]), summs);
-    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
+      lane[e % 8] += sc[e / 32] * (q5_k_code(&x[i], e) * y[i].qs[e]);
+    le_k_lanes_generic(sums, lane, le_fp16_to_fp32(x[i].d) * y[i].d);
+    sumf -= (le_fp16_to_fp32(x[i].dmin) * y[i].d) * (float)le_summs_k4(m, &y[i]);
   }
-  *s = le_hsum8_scalar(acc) + summs;
+  *s = le_k_reduce_generic(sumf, sums);
 }
 
 #if defined(LE_X86)

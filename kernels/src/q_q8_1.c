@@ -32,8 +32,14 @@ static void q8_1_from_float_ref(const float *x, void *vy, int64_t n) {
 }
 
 /* ggml-cpu's x86 quantize_row_q8_1: multiplier 127/amax, round half to even,
- * s = d * (integer sum). Exact IEEE steps, so scalar code gives its bytes. */
+ * s = d * (integer sum). Exact IEEE steps, so scalar code gives its bytes.
+ * Without AVX (llama.cpp's x64 build, which our scalar level follows) it is
+ * quantize_row_q8_1_ref. */
 void le_quantize_q8_1_act(const float *x, void *vy, int64_t n) {
+  if (le_simd() == LE_SIMD_SCALAR) {
+    q8_1_from_float_ref(x, vy, n);
+    return;
+  }
   le_block_q8_1 *y = vy;
   for (int64_t i = 0; i < n / LE_QK; i++) {
     const float *xb = x + i * LE_QK;
