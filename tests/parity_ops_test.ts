@@ -17,57 +17,21 @@
 import assert from "node:assert/strict";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
-import { SimdLevel } from "../ffi/symbols.ts";
 import { loadOracle, ORACLE_CPU_ENV, variantScore } from "./oracle/oracle.ts";
 import { OracleTapContext } from "./oracle/oracle_debug.ts";
+import { firstDiff, parityGate, tapNames } from "./parity_util.ts";
 import { TOLSTOY_F16, TOLSTOY_F32, tolstoyQuantized } from "./oracle/models.ts";
 
 const N_POS = 64;
-const LAYER_TAPS = [
-  "attn_norm",
-  "Vcur",
-  "Qcur",
-  "Kcur",
-  "kq",
-  "kq_soft_max",
-  "kqv",
-  "kqv_out",
-  "attn_out",
-  "ffn_inp",
-  "ffn_norm",
-  "ffn_gate",
-  "ffn_up",
-  "ffn_swiglu",
-  "ffn_out",
-  "l_out",
-];
 /** Variants whose order our kernels follow, each checked where the CPU runs it. */
 const CHECKED_VARIANTS = ["icelake", "haswell", "x64"];
 /** Limit of one child run (4 tests, ~1 s of compute each on an idle host). */
 const CHILD_TIMEOUT_MS = 300_000;
 
 const cpu = (await loadOracle()).cpu;
-const levelName = Object.entries(SimdLevel).find(([, v]) => v === cpu.simdLevel)?.[0] ?? "?";
-const skip = cpu.exact ? "" : `skipped: ${cpu.reason}`;
+const { level: levelName, skip: why } = parityGate(cpu);
+const skip = why ? `skipped: ${why}` : "";
 if (skip) console.log(`parity_ops_test: llama.cpp's CPU variant is ${cpu.name}; ${skip}`);
-
-function tapNames(nLayer: number): string[] {
-  const names: string[] = [];
-  for (let il = 0; il < nLayer; il++) for (const t of LAYER_TAPS) names.push(`${t}-${il}`);
-  names.push("result_norm", "result_output");
-  return names;
-}
-
-/** Index and size of the first differing element (NaN-aware bit comparison), or null. */
-function firstDiff(a: Float32Array, b: Float32Array): { i: number; d: number } | null {
-  if (a.length !== b.length) return { i: -1, d: Infinity };
-  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  for (let i = 0; i < a.length; i++) {
-    if (ua[i] !== ub[i]) return { i, d: Math.abs(a[i] - b[i]) };
-  }
-  return null;
-}
 
 async function checkDecode(path: string, kvType: "f16" | "f32"): Promise<void> {
   const oracle = await loadOracle(); // also sets our SIMD level to cpu.simdLevel

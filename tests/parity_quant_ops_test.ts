@@ -19,11 +19,11 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { SimdLevel } from "../ffi/symbols.ts";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { loadOracle, type OracleModel } from "./oracle/oracle.ts";
 import { OracleTapContext } from "./oracle/oracle_debug.ts";
+import { firstDiff, parityGate, tapNames } from "./parity_util.ts";
 import { TOLSTOY_F32, tolstoyQuantized } from "./oracle/models.ts";
 import { Ftype } from "../lib/quant/rules.ts";
 import { ROOT } from "./quant_util.ts";
@@ -32,25 +32,6 @@ import { ROOT } from "./quant_util.ts";
 const N_POS = 16;
 /** Batch prompt length: 4 full column groups and 3 leftover columns. */
 const N_BATCH = 19;
-const LAYER_TAPS = [
-  "attn_norm",
-  "Vcur",
-  "Qcur",
-  "Kcur",
-  "kq",
-  "kq_soft_max",
-  "kqv",
-  "kqv_out",
-  "attn_out",
-  "ffn_inp",
-  "ffn_norm",
-  "ffn_gate",
-  "ffn_up",
-  "ffn_swiglu",
-  "ffn_out",
-  "l_out",
-];
-
 /** llama_ftype of the presets; Q3_K_L (13) is not among our quantize tool's. */
 const PRESETS: [string, number][] = [
   ...Object.entries(Ftype),
@@ -58,16 +39,7 @@ const PRESETS: [string, number][] = [
 ];
 
 const cpu = (await loadOracle()).cpu;
-const SIMD = !cpu.exact
-  ? null
-  : cpu.simdLevel === SimdLevel.AVX512
-  ? "AVX-512"
-  : cpu.simdLevel === SimdLevel.AVX2
-  ? "AVX2"
-  : cpu.simdLevel === SimdLevel.SCALAR
-  ? "scalar"
-  : null;
-const SKIP = SIMD ? "" : cpu.exact ? `no SIMD level of ours maps to ${cpu.name}` : cpu.reason;
+const { level: SIMD, skip: SKIP } = parityGate(cpu);
 if (SKIP) console.log(`parity_quant_ops_test: skipped: ${SKIP}`);
 
 /** tolstoy-6m quantized by llama.cpp to `ftype` (cached in .cache/models). */
@@ -84,24 +56,6 @@ async function quantized(name: string, ftype: number): Promise<string> {
   (await loadOracle()).quantize(TOLSTOY_F32, tmp, ftype);
   Deno.renameSync(tmp, out);
   return out;
-}
-
-function tapNames(nLayer: number): string[] {
-  const names: string[] = [];
-  for (let il = 0; il < nLayer; il++) for (const t of LAYER_TAPS) names.push(`${t}-${il}`);
-  names.push("result_norm", "result_output");
-  return names;
-}
-
-/** Index and size of the first differing element (NaN-aware bit comparison), or null. */
-function firstDiff(a: Float32Array, b: Float32Array): { i: number; d: number } | null {
-  if (a.length !== b.length) return { i: -1, d: Infinity };
-  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  for (let i = 0; i < a.length; i++) {
-    if (ua[i] !== ub[i]) return { i, d: Math.abs(a[i] - b[i]) };
-  }
-  return null;
 }
 
 /** A natural prompt of n tokens: llama.cpp's own greedy continuation of a seed. */
@@ -171,9 +125,9 @@ async function checkPreset(path: string): Promise<void> {
 
 for (const [name, ftype] of PRESETS) {
   Deno.test({
-    name: `tolstoy ${name} (our ${SIMD ?? "-"} vs llama.cpp's ${cpu.name}): batch logits and ` +
+    name: `tolstoy ${name} (our ${SIMD} vs llama.cpp's ${cpu.name}): batch logits and ` +
       `every decode op bit-identical${SKIP ? ` [skipped: ${SKIP}]` : ""}`,
-    ignore: !SIMD,
+    ignore: SKIP !== "",
     sanitizeResources: false,
     fn: async () => await checkPreset(await quantized(name, ftype)),
   });

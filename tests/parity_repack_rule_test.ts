@@ -27,7 +27,6 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { SimdLevel } from "../ffi/symbols.ts";
 import { GGMLType, readGGUF } from "../lib/gguf/mod.ts";
 import { Model } from "../lib/model/model.ts";
 import { writeRandomLlama } from "../lib/model/random.ts";
@@ -35,6 +34,7 @@ import { Context } from "../lib/runtime/context.ts";
 import { Ftype } from "../lib/quant/rules.ts";
 import { loadOracle, type OracleModel } from "./oracle/oracle.ts";
 import { OracleTapContext } from "./oracle/oracle_debug.ts";
+import { firstDiff, parityGate } from "./parity_util.ts";
 import { TOLSTOY_F32 } from "./oracle/models.ts";
 import { ROOT } from "./quant_util.ts";
 
@@ -66,16 +66,7 @@ const KV_GGML = { f32: GGMLType.F32, f16: GGMLType.F16 } as const;
 const TYPE_NAMES = new Map(Object.entries(GGMLType).map(([k, v]) => [v as number, k]));
 
 const cpu = (await loadOracle()).cpu;
-const SIMD = !cpu.exact
-  ? null
-  : cpu.simdLevel === SimdLevel.AVX512
-  ? "AVX-512"
-  : cpu.simdLevel === SimdLevel.AVX2
-  ? "AVX2"
-  : cpu.simdLevel === SimdLevel.SCALAR
-  ? "scalar"
-  : null;
-const SKIP = SIMD ? "" : cpu.exact ? `no SIMD level of ours maps to ${cpu.name}` : cpu.reason;
+const { level: SIMD, skip: SKIP } = parityGate(cpu);
 if (SKIP) console.log(`parity_repack_rule_test: skipped: ${SKIP}`);
 
 const DIR = join(ROOT, ".cache", "repack-rule");
@@ -109,17 +100,6 @@ async function quantized(name: keyof typeof Ftype, want: number): Promise<string
   assert.ok(k.length === SHAPE.nLayer && k.every((t) => t.type === want), "attn_k types");
   assert.ok(v.some((t) => t.type === want), "attn_v types");
   return out;
-}
-
-/** Index and size of the first differing element (bit comparison), or null. */
-function firstDiff(a: Float32Array, b: Float32Array): { i: number; d: number } | null {
-  if (a.length !== b.length) return { i: -1, d: Infinity };
-  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  for (let i = 0; i < a.length; i++) {
-    if (ua[i] !== ub[i]) return { i, d: Math.abs(a[i] - b[i]) };
-  }
-  return null;
 }
 
 /** Standard deviation and top-2 gap of a logits row (to see they are not degenerate). */
@@ -232,10 +212,10 @@ async function checkDecode(
 
 for (const [name, want] of PRESETS) {
   Deno.test({
-    name: `random llama, attn_k/attn_v ne1 = ${KV_NE1}, ${name} (our ${SIMD ?? "-"} vs ` +
+    name: `random llama, attn_k/attn_v ne1 = ${KV_NE1}, ${name} (our ${SIMD} vs ` +
       `llama.cpp's ${cpu.name}): K/V taps and logits of batch and decode bit-identical` +
       `${SKIP ? ` [skipped: ${SKIP}]` : ""}`,
-    ignore: !SIMD,
+    ignore: SKIP !== "",
     sanitizeResources: false,
     fn: async () => {
       const path = await quantized(name, want);
