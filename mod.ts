@@ -87,7 +87,7 @@ export {
 export { type GGUFWriteInput } from "./lib/gguf/writer.ts";
 export { type GrammarConstraint } from "./lib/sample/chain.ts";
 export { GrammarVocabIndex } from "./lib/grammar/sampler.ts";
-export { type MappedFile } from "./lib/backend/host.ts";
+export { type MappedFile } from "./lib/gguf/mmap.ts";
 export { type ParsedGrammar, type ParseGrammarOptions } from "./lib/grammar/parser.ts";
 export { type QuantPreset } from "./lib/quant/rules.ts";
 export { type QuantizeProgress, type QuantizeResult } from "./lib/quant/quantize.ts";

@@ -28,9 +28,14 @@ interface Run {
   stderr: string;
 }
 
+/** The script behind `deno task <cmd>` (the benchmark lives outside lib/). */
+function commandPath(cmd: Command): string {
+  return cmd === "bench" ? join(ROOT, "bench", "bench.ts") : join(ROOT, "lib", "cli", `${cmd}.ts`);
+}
+
 async function run(cmd: Command, args: string[]): Promise<Run> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", join(ROOT, "lib", "cli", `${cmd}.ts`), ...args],
+    args: ["run", "-A", commandPath(cmd), ...args],
     cwd: ROOT,
     stdout: "piped",
     stderr: "piped",

@@ -9,7 +9,7 @@ import {
   NativeLibraryError,
 } from "../ffi/library.ts";
 import { ABI_VERSION } from "../ffi/symbols.ts";
-import { mapFile, MapFileError } from "../lib/backend/host.ts";
+import { mapFile, MapFileError } from "../lib/gguf/mmap.ts";
 import { CpuBackend, NativeComputeError } from "../lib/backend/cpu.ts";
 import { NodeValidationError } from "../lib/backend/validate.ts";
 import { Op } from "../lib/graph/ops.ts";

@@ -28,7 +28,7 @@ export {
 } from "./reader.ts";
 export { GGUFModelFile, openGGUF, SPLIT_KEYS, splitPath } from "./model_file.ts";
 export type { MappedFile } from "./mmap.ts";
-export type { BackendBuffer } from "../backend/types.ts";
+export type { BackendBuffer } from "../ggml/memory.ts";
 export {
   type EncodedHeader,
   encodeGGUFHeader,

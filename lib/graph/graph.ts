@@ -6,11 +6,11 @@
  *
  * @module
  */
-import type { BufferRef, Dims } from "../backend/types.ts";
+import type { BufferRef, Dims } from "../ggml/memory.ts";
 import { GGMLType } from "../gguf/types.ts";
 import { f32Bits, Op, RopeMode, RopeParam } from "./ops.ts";
 
-export type { BufferRef, Dims } from "../backend/types.ts";
+export type { BufferRef, Dims } from "../ggml/memory.ts";
 export { Tensor } from "./tensor.ts";
 import {
   contiguousStrides,

@@ -7,11 +7,11 @@
  *
  * @module
  */
-import type { BufferRef, Dims } from "../backend/types.ts";
+import type { BufferRef, Dims } from "../ggml/memory.ts";
 import { ggmlTypeInfo, ggmlTypeName } from "../gguf/types.ts";
 import { MAX_PARAMS, Op } from "./ops.ts";
 
-export type { BufferRef, Dims } from "../backend/types.ts";
+export type { BufferRef, Dims } from "../ggml/memory.ts";
 export { Op } from "./ops.ts";
 
 /** What a tensor is. */

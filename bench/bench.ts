@@ -16,11 +16,11 @@
  *
  * @module
  */
-import { flag, runCommand, UsageError } from "./args.ts";
+import { flag, runCommand, UsageError } from "../lib/cli/args.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
 
 /** Result of one engine's child run. */
@@ -59,8 +59,8 @@ async function childOurs(
   tg: number,
   reps: number,
 ): Promise<ChildResult> {
-  const { Model } = await import("../model/model.ts");
-  const { Context } = await import("../runtime/context.ts");
+  const { Model } = await import("../lib/model/model.ts");
+  const { Context } = await import("../lib/runtime/context.ts");
   const t0 = performance.now();
   using m = await Model.load(model);
   using ctx = await Context.create(m, { nCtx: pp + tg + 16, nBatch: pp, threads });
@@ -90,7 +90,7 @@ async function childLlama(
   tg: number,
   reps: number,
 ): Promise<ChildResult> {
-  const { loadOracle } = await import("../../tests/oracle/oracle.ts");
+  const { loadOracle } = await import("../tests/oracle/oracle.ts");
   const oracle = await loadOracle();
   const t0 = performance.now();
   using m = oracle.load(model);
@@ -256,7 +256,7 @@ async function run(
   types: string[],
 ): Promise<number> {
   const { pp, tg, reps } = a;
-  const { physicalCores } = await import("../backend/cpu.ts");
+  const { physicalCores } = await import("../lib/backend/cpu.ts");
   const threads = a.threads ?? physicalCores();
   if (a.child) {
     const r = a.child === "llm-edge"
@@ -267,7 +267,7 @@ async function run(
   }
   let model = a.model;
   if (!model) {
-    const { writeRandomLlama } = await import("../model/random.ts");
+    const { writeRandomLlama } = await import("../lib/model/random.ts");
     const dir = join(ROOT, ".cache", "bench");
     Deno.mkdirSync(dir, { recursive: true });
     model = join(dir, "random-125m-f16.gguf");
@@ -283,9 +283,9 @@ async function run(
   }
   await benchFile(model, threads, pp, tg, reps);
   if (types.length) {
-    const { loadOracle } = await import("../../tests/oracle/oracle.ts");
+    const { loadOracle } = await import("../tests/oracle/oracle.ts");
     const oracle = await loadOracle();
-    const { LlamaFtype } = await import("../../tests/oracle/oracle.ts");
+    const { LlamaFtype } = await import("../tests/oracle/oracle.ts");
     for (const t of types) {
       const key = FTYPES[t] as keyof typeof LlamaFtype;
       const out = model.replace(/\.gguf$/, `-${t}.gguf`);
@@ -299,7 +299,7 @@ async function run(
     }
   }
   if (!a["no-tokenizer"]) {
-    const { compareEncodeSpeed } = await import("../../tests/tokenizer_bench.ts");
+    const { compareEncodeSpeed } = await import("../tests/tokenizer_bench.ts");
     // The text repeats a block, so the warm word cache flatters us: the
     // no-cache column is the honest floor.
     console.log("\ntokenizer encode speed (1 MiB mixed text), MB/s");
@@ -317,7 +317,7 @@ async function run(
     }
   }
   if (!a["no-sampling"]) {
-    const { compareSamplingCost } = await import("../../tests/oracle/oracle_sample.ts");
+    const { compareSamplingCost } = await import("../tests/oracle/oracle_sample.ts");
     const c = await compareSamplingCost();
     console.log(`\nsampling cost per token, ${c.nVocab} vocabulary (µs)`);
     console.log(
