@@ -1,9 +1,10 @@
 /**
  * The unified KV cache (llama.cpp's llama_kv_cache with one stream): cell
  * bookkeeping, slot search, the attention mask, sequence edits, K-shift and
- * defrag bookkeeping, and the per-layer K/V tensors with the views and copy
- * nodes a model graph needs. Head counts and sizes are parameters; nothing
- * here knows a particular model.
+ * defrag bookkeeping, and the per-layer K/V storage. The graph side (K/V
+ * tensors, views and store copies) lives in ./tensors.ts, the mask in
+ * ./mask.ts and defrag planning in ./defrag.ts; KvCache delegates to them.
+ * Head counts and sizes are parameters; nothing here knows a particular model.
  *
  * @module
  */
@@ -17,6 +18,7 @@ import { type CellsSnapshot, checkSeq, KvCells, KvError } from "./cells.ts";
 import { isMaskedSwa, SwaType } from "./swa.ts";
 import { fillKqMask, type MaskOptions } from "./mask.ts";
 import { applyDefragMoves, type DefragMove, planDefragMoves } from "./defrag.ts";
+import { KvTensors, type LayerStore } from "./tensors.ts";
 
 export { floatToHalf, isMaskedSwa, SwaType } from "./swa.ts";
 export type { MaskOptions } from "./mask.ts";
@@ -70,19 +72,6 @@ export interface SlotInfo {
   readonly idxs: readonly number[];
 }
 
-// A store copy put into a graph: tokens [t0, t0 + len) into K or V.
-interface StoreNode {
-  readonly node: Tensor;
-  readonly which: "k" | "v";
-  readonly t0: number;
-  readonly len: number;
-}
-
-interface LayerStore {
-  k: BufferRef;
-  v: BufferRef;
-}
-
 /** Cell state saved by {@link KvCache.saveSlot}. */
 export interface SlotUndo {
   /** The slot's cells before applyUbatch. */
@@ -123,8 +112,7 @@ export class KvCache implements Disposable {
   readonly swaType: SwaType;
   #layers: LayerStore[] = [];
   #buffers: Array<[Backend, BackendBuffer]> = [];
-  #graphTensors = new WeakMap<Graph, Map<string, Tensor>>();
-  #stores = new WeakMap<Graph, StoreNode[]>();
+  #tensors = new KvTensors(this);
 
   /** Allocate the per-layer K/V storage (zero-filled) and empty cells. */
   constructor(o: KvCacheOptions) {
@@ -437,40 +425,19 @@ export class KvCache implements Disposable {
 
   // ---- graph tensors -----------------------------------------------------
 
-  #external(g: Graph, il: number, which: "k" | "v"): Tensor {
-    let m = this.#graphTensors.get(g);
-    if (!m) this.#graphTensors.set(g, m = new Map());
-    const key = `${which}${il}`;
-    let t = m.get(key);
-    if (!t) {
-      const st = this.storage(il);
-      t = which === "k"
-        ? g.external(`cache_k_l${il}`, this.typeK, [this.nEmbdKGqa, this.size], st.k)
-        : this.vTrans
-        ? g.external(`cache_v_l${il}`, this.typeV, [this.size, this.nEmbdVGqa], st.v)
-        : g.external(`cache_v_l${il}`, this.typeV, [this.nEmbdVGqa, this.size], st.v);
-      m.set(key, t);
-    }
-    return t;
-  }
-
   /** Whole K of layer il as a graph external: [nEmbdKGqa, size]. */
   kTensor(g: Graph, il: number): Tensor {
-    return this.#external(g, il, "k");
+    return this.#tensors.kTensor(g, il);
   }
 
   /** Whole V of layer il: [size, nEmbdVGqa] when transposed, else [nEmbdVGqa, size]. */
   vTensor(g: Graph, il: number): Tensor {
-    return this.#external(g, il, "v");
+    return this.#tensors.vTensor(g, il);
   }
 
   /** Keys of the first nKv cells: [headDimK, nKv, nHeadKv] (q·k via mulMat(k, q)). */
   kView(g: Graph, il: number, nKv: number): Tensor {
-    const k = this.kTensor(g, il);
-    return g.view(k, [this.nEmbdHeadK, nKv, this.nHeadKv], [
-      rowSize(this.typeK, this.nEmbdKGqa),
-      rowSize(this.typeK, this.nEmbdHeadK),
-    ], 0);
+    return this.#tensors.kView(g, il, nKv);
   }
 
   /**
@@ -478,96 +445,22 @@ export class KvCache implements Disposable {
    * (kqv = mulMat(v, kq)), else [headDimV, nKv, nHeadKv].
    */
   vView(g: Graph, il: number, nKv: number): Tensor {
-    const v = this.vTensor(g, il);
-    if (!this.vTrans) {
-      return g.view(v, [this.nEmbdHeadV, nKv, this.nHeadKv], [
-        rowSize(this.typeV, this.nEmbdVGqa),
-        rowSize(this.typeV, this.nEmbdHeadV),
-      ], 0);
-    }
-    return g.view(v, [nKv, this.nEmbdHeadV, this.nHeadKv], [
-      rowSize(this.typeV, this.size),
-      rowSize(this.typeV, this.size * this.nEmbdHeadV),
-    ], 0);
+    return this.#tensors.vView(g, il, nKv);
   }
 
   /** Rotated part of every cached key: [nRot, nHeadKv, size], for an in-place rope by {@link shiftInput}. */
   kShiftView(g: Graph, il: number, nRot: number): Tensor {
-    const k = this.kTensor(g, il);
-    return g.view(k, [nRot, this.nHeadKv, this.size], [
-      rowSize(this.typeK, this.nEmbdHeadK),
-      rowSize(this.typeK, this.nEmbdKGqa),
-    ], 0);
-  }
-
-  // Token rows of cur [head, nHead, nTokens] or [width, nTokens] as runs of cells.
-  #runs(cur: Tensor, width: number, slot: SlotInfo, what: string) {
-    const threeD = !(cur.ne[0] === width && cur.ne[2] === 1);
-    const nTok = threeD ? cur.ne[2] : cur.ne[1];
-    if (cur.ne[0] * (threeD ? cur.ne[1] : 1) !== width || cur.ne[3] !== 1) {
-      throw new KvError(`${what}: ${cur.describe()} is not [${width}/heads, heads, tokens]`);
-    }
-    if (threeD && cur.ne[1] > 1 && cur.nb[1] !== rowSize(cur.type, cur.ne[0])) {
-      throw new KvError(`${what}: heads of ${cur.describe()} are not packed`);
-    }
-    if (slot.idxs.length !== nTok) {
-      throw new KvError(`${what}: ${slot.idxs.length} cells for ${nTok} tokens`);
-    }
-    const tokStride = threeD ? cur.nb[2] : cur.nb[1];
-    const runs: Array<{ t0: number; c0: number; len: number }> = [];
-    slot.idxs.forEach((c, t) => {
-      if (!Number.isInteger(c) || c < 0 || c >= this.size) {
-        throw new KvError(`${what}: cell ${c} out of range`);
-      }
-      const r = runs[runs.length - 1];
-      if (r && r.c0 + r.len === c) r.len++;
-      else runs.push({ t0: t, c0: c, len: 1 });
-    });
-    return { runs, tokStride };
+    return this.#tensors.kShiftView(g, il, nRot);
   }
 
   /** Copy nodes storing kCur's token rows into the slot's cells (expanded into g, in order). */
   storeK(g: Graph, il: number, kCur: Tensor, slot: SlotInfo): Tensor[] {
-    const k = this.kTensor(g, il);
-    const w = this.nEmbdKGqa;
-    const row = rowSize(this.typeK, w);
-    const { runs, tokStride } = this.#runs(kCur, w, slot, "storeK");
-    return runs.map(({ t0, c0, len }) => {
-      const src = g.view(kCur, [w, len], [tokStride], t0 * tokStride);
-      const node = g.cpy(src, g.view(k, [w, len], [row], this.#storeOffset("k", c0)));
-      g.expand(node);
-      this.#noteStore(g, { node, which: "k", t0, len });
-      return node;
-    });
+    return this.#tensors.storeK(g, il, kCur, slot);
   }
 
   /** Copy nodes storing vCur's token rows (transposed when vTrans). */
   storeV(g: Graph, il: number, vCur: Tensor, slot: SlotInfo): Tensor[] {
-    const v = this.vTensor(g, il);
-    const w = this.nEmbdVGqa;
-    const { runs, tokStride } = this.#runs(vCur, w, slot, "storeV");
-    return runs.map(({ t0, c0, len }) => {
-      const src = g.view(vCur, [w, len], [tokStride], t0 * tokStride);
-      const at = this.#storeOffset("v", c0);
-      const node = this.vTrans
-        ? g.cpy(g.transpose(src), g.view(v, [len, w], [rowSize(this.typeV, this.size)], at))
-        : g.cpy(src, g.view(v, [w, len], [rowSize(this.typeV, w)], at));
-      g.expand(node);
-      this.#noteStore(g, { node, which: "v", t0, len });
-      return node;
-    });
-  }
-
-  // Byte offset of cell c0 in a layer's K or V storage.
-  #storeOffset(which: "k" | "v", c0: number): number {
-    if (which === "k") return c0 * rowSize(this.typeK, this.nEmbdKGqa);
-    return c0 * rowSize(this.typeV, this.vTrans ? 1 : this.nEmbdVGqa);
-  }
-
-  #noteStore(g: Graph, s: StoreNode): void {
-    const list = this.#stores.get(g);
-    if (list) list.push(s);
-    else this.#stores.set(g, [s]);
+    return this.#tensors.storeV(g, il, vCur, slot);
   }
 
   /**
@@ -579,30 +472,7 @@ export class KvCache implements Disposable {
    * is null (build a new graph). Returns the moved nodes, for the scheduler.
    */
   moveStores(g: Graph, slot: SlotInfo): Tensor[] | null {
-    const stores = this.#stores.get(g);
-    if (!stores?.length) return null;
-    // Run starts (token index -> first cell) of the new slot.
-    const idxs = slot.idxs;
-    const startCell = new Map<number, number>();
-    let lens = 0;
-    for (let t = 0; t < idxs.length; t++) {
-      const c = idxs[t];
-      if (!Number.isInteger(c) || c < 0 || c >= this.size) {
-        throw new KvError(`moveStores: cell ${c} out of range`);
-      }
-      if (t === 0 || idxs[t - 1] + 1 !== c) {
-        startCell.set(t, c);
-        lens++;
-      }
-    }
-    const runsPerGraph = stores.length / (2 * this.nLayer);
-    if (lens !== runsPerGraph) return null;
-    // As many runs, each old run start a new one: the same cut into runs.
-    for (const s of stores) if (!startCell.has(s.t0)) return null;
-    return stores.map((s) => {
-      g.moveView(s.node, this.#storeOffset(s.which, startCell.get(s.t0)!));
-      return s.node;
-    });
+    return this.#tensors.moveStores(g, slot);
   }
 
   // ---- defrag -------------------------------------------------------------
