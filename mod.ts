@@ -24,7 +24,9 @@ export { SamplingError } from "./lib/sample/options.ts";
 // models and contexts
 export { type LoadOptions, Model, ModelDisposedError, ModelInUseError } from "./lib/model/model.ts";
 export { type HParams, ModelError, readHParams, type RopeParams } from "./lib/model/hparams.ts";
-export type { LayerWeights, LlamaWeights, WeightRef } from "./lib/model/weights.ts";
+export type { WeightRef, WeightRole } from "./lib/model/weights.ts";
+export { architecture, SUPPORTED_ARCHS } from "./lib/model/arch/registry.ts";
+export type { Architecture, MemoryKind, OutputKind } from "./lib/model/arch/types.ts";
 export {
   Context,
   ContextBusyError,

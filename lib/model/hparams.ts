@@ -61,28 +61,13 @@ export interface HParams {
   readonly headDimK: number;
   /** Dimension of each V head. */
   readonly headDimV: number;
-  /** RMSNorm epsilon. */
+  /** Epsilon of the architecture's norm (RMSNorm or LayerNorm). */
   readonly normEps: number;
+  /** Whether tokens attend only to earlier positions (false for encoders such as bert). */
+  readonly causal: boolean;
   /** RoPE settings. */
   readonly rope: RopeParams;
 }
-
-/** Architectures whose forward pass this engine builds. */
-export const SUPPORTED_ARCHS = ["llama", "qwen2"] as const;
-
-// llama.cpp's llama_model_rope_type: which families rotate halves (NeoX).
-const NEOX_ARCHS = new Set([
-  "qwen2",
-  "qwen2moe",
-  "qwen3",
-  "phi2",
-  "phi3",
-  "gemma",
-  "gemma2",
-  "stablelm",
-  "gptneox",
-  "falcon",
-]);
 
 function scalarOrFirst(h: GGUFHeader, key: string, fallback?: number): number {
   const kv = h.get(key);
@@ -104,8 +89,29 @@ function scalarOrFirst(h: GGUFHeader, key: string, fallback?: number): number {
   return h.number(key);
 }
 
-/** Reads the hyper-parameters of `header` (throws ModelError naming the missing key). */
-export function readHParams(header: GGUFHeader): HParams {
+/** What the common hyper-parameter reader needs to know of an architecture. */
+export interface HParamsSpec {
+  /** RMSNorm reads `attention.layer_norm_rms_epsilon`, LayerNorm `attention.layer_norm_epsilon`. */
+  readonly norm: "rms" | "layer";
+  /** RoPE kind: adjacent pairs, halves, or none. */
+  readonly rope: "normal" | "neox" | "none";
+  /** Default of `attention.causal` (true for decoders). */
+  readonly causal?: boolean;
+}
+
+/**
+ * The GGUF key (after the architecture prefix) holding the norm epsilon of
+ * an architecture with norm kind `norm`.
+ */
+export function normEpsKey(norm: HParamsSpec["norm"]): string {
+  return norm === "rms" ? "attention.layer_norm_rms_epsilon" : "attention.layer_norm_epsilon";
+}
+
+/**
+ * Reads the hyper-parameters every architecture shares from `header`, with
+ * llama.cpp's keys and defaults (throws ModelError naming a missing key).
+ */
+export function readHParams(header: GGUFHeader, spec: HParamsSpec): HParams {
   const arch = header.string("general.architecture");
   const k = (s: string) => `${arch}.${s}`;
   const nEmbd = scalarOrFirst(header, k("embedding_length"));
@@ -167,10 +173,14 @@ export function readHParams(header: GGUFHeader): HParams {
     nFF: scalarOrFirst(header, k("feed_forward_length")),
     headDimK,
     headDimV,
-    normEps: header.number(k("attention.layer_norm_rms_epsilon"), 1e-5),
+    // llama.cpp requires the LayerNorm epsilon and defaults the RMSNorm one.
+    normEps: spec.norm === "rms"
+      ? header.number(k(normEpsKey("rms")), 1e-5)
+      : header.number(k(normEpsKey("layer"))),
+    causal: header.bool(k("attention.causal"), spec.causal ?? true),
     rope: {
       nDims: nRot,
-      mode: NEOX_ARCHS.has(arch) ? RopeMode.NEOX : RopeMode.NORMAL,
+      mode: spec.rope === "neox" ? RopeMode.NEOX : RopeMode.NORMAL,
       nCtxOrig: scalarOrFirst(header, k("rope.scaling.original_context_length"), nCtxTrain),
       freqBase: header.number(k("rope.freq_base"), 10000),
       freqScale,

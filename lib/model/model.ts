@@ -9,7 +9,8 @@ import { Tokenizer } from "../tokenizer/mod.ts";
 import type { HParams } from "./hparams.ts";
 import { checkedHParams, validateModel } from "./validate.ts";
 import { validateLoadOptions } from "../runtime/options.ts";
-import { type LlamaWeights, mapLlamaWeights } from "./weights.ts";
+import { WeightMap, type WeightRef } from "./weights.ts";
+import type { Architecture } from "./arch/types.ts";
 
 /** Options of {@link Model.load}. */
 export interface LoadOptions {
@@ -93,8 +94,12 @@ export class Model implements Disposable, AsyncDisposable {
   readonly file: GGUFModelFile;
   /** Hyper-parameters. */
   readonly hparams: HParams;
-  /** Weight map. */
-  readonly weights: LlamaWeights;
+  /** The architecture that builds this model's graphs. */
+  readonly arch: Architecture;
+  /** The architecture's weight record (its build() reads it). */
+  readonly weights: unknown;
+  /** Every weight the graph reads, with its role. */
+  readonly weightRefs: readonly WeightRef[];
   /** Tokenizer from the file's vocabulary. */
   readonly tokenizer: Tokenizer;
   // Contexts not yet freed, open or closing.
@@ -110,11 +115,15 @@ export class Model implements Disposable, AsyncDisposable {
   private constructor(
     file: GGUFModelFile,
     hparams: HParams,
-    weights: LlamaWeights,
+    arch: Architecture,
+    weights: unknown,
+    weightRefs: readonly WeightRef[],
     tokenizer: Tokenizer,
   ) {
+    this.weightRefs = weightRefs;
     this.file = file;
     this.hparams = hparams;
+    this.arch = arch;
     this.weights = weights;
     this.tokenizer = tokenizer;
   }
@@ -131,13 +140,14 @@ export class Model implements Disposable, AsyncDisposable {
     say(`reading ${path}`);
     const file = await openGGUF(path);
     try {
-      const hp = checkedHParams(file.header);
+      const { arch, hp } = checkedHParams(file.header);
       say(`mapping ${file.header.tensors.length} tensors`);
-      const weights = mapLlamaWeights(file, hp);
-      validateModel(file, weights, options);
+      const map = new WeightMap(file);
+      const weights = arch.weights(map, hp);
+      validateModel(file, map.refs, options);
       say("building tokenizer");
       const tokenizer = Tokenizer.fromGGUF(file.header);
-      return new Model(file, hp, weights, tokenizer);
+      return new Model(file, hp, arch, weights, map.refs, tokenizer);
     } catch (e) {
       file[Symbol.dispose]();
       throw e;

@@ -14,25 +14,21 @@ import { GGMLType, ggmlTypeInfo, ggmlTypeName } from "../gguf/types.ts";
 import { Op } from "../graph/ops.ts";
 import { COMPUTE_TYPES, opSupported } from "../backend/validate.ts";
 import { DEQUANT } from "../backend/ref_quants.ts";
-import { type HParams, ModelError, readHParams, SUPPORTED_ARCHS } from "./hparams.ts";
-import type { LlamaWeights, WeightRef } from "./weights.ts";
+import { type HParams, ModelError, normEpsKey, readHParams } from "./hparams.ts";
+import type { WeightRef, WeightRole } from "./weights.ts";
+import { architecture } from "./arch/registry.ts";
+import type { Architecture } from "./arch/types.ts";
 
 /**
  * Checks what must hold before the hyper-parameters are read: an
  * architecture this engine builds (others fail here, not on a key they lack).
  */
-export function validateHeader(h: GGUFHeader): void {
+export function validateHeader(h: GGUFHeader): Architecture {
   const kv = h.get("general.architecture");
   if (!kv || typeof kv.value !== "string") {
     throw new ModelError(`${h.path}: general.architecture is missing or not a string`);
   }
-  if (!(SUPPORTED_ARCHS as readonly string[]).includes(kv.value)) {
-    throw new ModelError(
-      `${h.path}: architecture '${kv.value}' is not supported (supported: ${
-        SUPPORTED_ARCHS.join(", ")
-      })`,
-    );
-  }
+  return architecture(kv.value, h.path);
 }
 
 /** The shortest decimal that reads back as the same f32 (metadata floats are f32). */
@@ -59,7 +55,7 @@ const POSITIVE_INTS: ReadonlyArray<[keyof HParams, string]> = [
 ];
 
 /** Checks the values readHParams produced; names the GGUF key of the first bad one. */
-export function validateHParams(path: string, hp: HParams): void {
+export function validateHParams(path: string, hp: HParams, norm: "rms" | "layer"): void {
   const bad = (key: string, v: number, want: string): never => {
     throw new ModelError(`${path}: ${hp.arch}.${key} = ${f32Text(v)} is invalid: ${want}`);
   };
@@ -75,12 +71,8 @@ export function validateHParams(path: string, hp: HParams): void {
       `expected an even number in 2..${hp.headDimK} (the head size)`,
     );
   }
-  // llama_model::load_hparams insists on full rotation for llama.
-  if (hp.arch === "llama" && r.nDims !== hp.headDimK) {
-    bad("rope.dimension_count", r.nDims, `expected ${hp.headDimK} (the head size) for llama`);
-  }
   if (!Number.isFinite(hp.normEps) || hp.normEps <= 0 || hp.normEps >= 1) {
-    bad("attention.layer_norm_rms_epsilon", hp.normEps, "expected a finite number in (0, 1)");
+    bad(normEpsKey(norm), hp.normEps, "expected a finite number in (0, 1)");
   }
   if (!Number.isFinite(r.freqBase) || r.freqBase <= 0) {
     bad("rope.freq_base", r.freqBase, "expected a finite number > 0");
@@ -98,15 +90,24 @@ export function validateHParams(path: string, hp: HParams): void {
 
 const names = (types: readonly number[]) => types.map(ggmlTypeName).join(", ");
 
+/** The op that reads a weight of each role, and the role's name in errors. */
+const ROLE_OPS: Record<WeightRole, { op: Op; what: string }> = {
+  matrix: { op: Op.MUL_MAT, what: "a matrix" },
+  embedding: { op: Op.GET_ROWS, what: "a token embedding" },
+  norm: { op: Op.MUL, what: "a norm weight" },
+  bias: { op: Op.ADD, what: "a bias" },
+};
+
 /**
  * Checks each weight's type against the op that reads it (both backends
- * implement the same set): matrices for MUL_MAT, the embedding for
- * GET_ROWS, norms for MUL and biases for ADD with f32 activations.
+ * implement the same set): matrices for MUL_MAT, embeddings for GET_ROWS,
+ * norms for MUL and biases for ADD with f32 activations.
  */
-export function validateWeightTypes(path: string, w: LlamaWeights): void {
+export function validateWeightTypes(path: string, refs: readonly WeightRef[]): void {
   const { F32, I32 } = GGMLType;
-  const check = (ref: WeightRef | undefined, op: Op, role: string, allowed: string) => {
-    if (!ref) return;
+  const mats = names(COMPUTE_TYPES);
+  for (const ref of refs) {
+    const { op, what } = ROLE_OPS[ref.role];
     const ok = op === Op.MUL_MAT
       ? opSupported({ op, srcTypes: [ref.type, F32], dstType: F32 })
       : op === Op.GET_ROWS
@@ -114,23 +115,12 @@ export function validateWeightTypes(path: string, w: LlamaWeights): void {
       : opSupported({ op, srcTypes: [F32, ref.type], dstType: F32 });
     if (!ok) {
       const t = ggmlTypeInfo(ref.type)?.name ?? `type id ${ref.type}`;
+      const allowed = op === Op.MUL_MAT || op === Op.GET_ROWS ? mats : "f32";
       throw new ModelError(
-        `${path}: tensor ${ref.name} has type ${t}, which cannot be used as ${role} ` +
+        `${path}: tensor ${ref.name} has type ${t}, which cannot be used as ${what} ` +
           `(supported: ${allowed})`,
       );
     }
-  };
-  const mats = names(COMPUTE_TYPES);
-  check(w.tokEmbd, Op.GET_ROWS, "a token embedding", mats);
-  check(w.output, Op.MUL_MAT, "a matrix", mats);
-  check(w.outputNorm, Op.MUL, "a norm weight", "f32");
-  for (const l of w.layers) {
-    for (const m of [l.wq, l.wk, l.wv, l.wo, l.ffnGate, l.ffnUp, l.ffnDown]) {
-      check(m, Op.MUL_MAT, "a matrix", mats);
-    }
-    check(l.attnNorm, Op.MUL, "a norm weight", "f32");
-    check(l.ffnNorm, Op.MUL, "a norm weight", "f32");
-    for (const b of [l.bq, l.bk, l.bv]) check(b, Op.ADD, "a bias", "f32");
   }
 }
 
@@ -185,20 +175,23 @@ export function scanTensorData(file: GGUFModelFile): void {
   }
 }
 
-/** {@link readHParams} behind the architecture check, with every value checked. */
-export function checkedHParams(h: GGUFHeader): HParams {
-  validateHeader(h);
-  const hp = readHParams(h);
-  validateHParams(h.path, hp);
-  return hp;
+/**
+ * The file's architecture and its {@link readHParams} (with the
+ * architecture's own adjustments), every value checked.
+ */
+export function checkedHParams(h: GGUFHeader): { arch: Architecture; hp: HParams } {
+  const arch = validateHeader(h);
+  const hp = readHParams(h, arch);
+  validateHParams(h.path, hp, arch.norm);
+  return { arch, hp: arch.hparams ? arch.hparams(h, hp) : hp };
 }
 
 /** Everything {@link Model.load} checks after mapping the weights. */
 export function validateModel(
   file: GGUFModelFile,
-  weights: LlamaWeights,
+  refs: readonly WeightRef[],
   opts: { validate?: "metadata" | "data" } = {},
 ): void {
-  validateWeightTypes(file.header.path, weights);
+  validateWeightTypes(file.header.path, refs);
   if (opts.validate === "data") scanTensorData(file);
 }

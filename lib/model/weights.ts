@@ -1,13 +1,23 @@
 /**
- * Weight tensors of a llama-family model, looked up by llama.cpp's tensor
- * names and checked against the hyper-parameters before any graph uses them.
+ * Weight tensors of a model, looked up by llama.cpp's tensor names and
+ * checked against the hyper-parameters before any graph uses them. Each
+ * architecture declares its weights through a {@link WeightMap}, which
+ * records every tensor it handed out with the role the graph gives it, so
+ * load-time validation checks exactly the tensors the graph will read.
  *
  * @module
  */
 import type { GGUFModelFile } from "../gguf/mod.ts";
 import type { Graph, Tensor } from "../graph/graph.ts";
 import { ggmlTypeName } from "../gguf/types.ts";
-import { type HParams, ModelError } from "./hparams.ts";
+import { ModelError } from "./hparams.ts";
+
+/**
+ * How the graph reads a weight, which decides the types it may have:
+ * "matrix" (MUL_MAT), "embedding" (GET_ROWS rows), "norm" (MUL with f32
+ * activations), "bias" (ADD with f32 activations).
+ */
+export type WeightRole = "matrix" | "embedding" | "norm" | "bias";
 
 /** A weight as the graph needs it: where it is, its type and shape. */
 export interface WeightRef {
@@ -17,57 +27,40 @@ export interface WeightRef {
   readonly type: number;
   /** Shape, ggml order. */
   readonly ne: readonly number[];
+  /** How the graph reads it. */
+  readonly role: WeightRole;
 }
 
-/** Weights of one transformer block. */
-export interface LayerWeights {
-  /** Attention RMSNorm weight. */
-  readonly attnNorm: WeightRef;
-  /** Query projection. */
-  readonly wq: WeightRef;
-  /** Key projection. */
-  readonly wk: WeightRef;
-  /** Value projection. */
-  readonly wv: WeightRef;
-  /** Attention output projection. */
-  readonly wo: WeightRef;
-  /** Query bias (qwen2). */
-  readonly bq?: WeightRef;
-  /** Key bias (qwen2). */
-  readonly bk?: WeightRef;
-  /** Value bias (qwen2). */
-  readonly bv?: WeightRef;
-  /** FFN RMSNorm weight. */
-  readonly ffnNorm: WeightRef;
-  /** FFN gate projection. */
-  readonly ffnGate: WeightRef;
-  /** FFN up projection. */
-  readonly ffnUp: WeightRef;
-  /** FFN down projection. */
-  readonly ffnDown: WeightRef;
-}
+/**
+ * Finds weights of one model file by name and checks their shapes; an
+ * architecture's `weights()` calls {@link need} and {@link optional}.
+ */
+export class WeightMap {
+  readonly #file: GGUFModelFile;
+  readonly #refs: WeightRef[] = [];
 
-/** All weights of a llama-family model. */
-export interface LlamaWeights {
-  /** Token embeddings. */
-  readonly tokEmbd: WeightRef;
-  /** Final RMSNorm weight. */
-  readonly outputNorm: WeightRef;
-  /** `output.weight`, or `token_embd.weight` when the model ties them. */
-  readonly output: WeightRef;
-  /** Per-block weights. */
-  readonly layers: readonly LayerWeights[];
-}
+  /** A map over `file`'s tensors. */
+  constructor(file: GGUFModelFile) {
+    this.#file = file;
+  }
 
-/** Finds and shape-checks every weight the llama graph reads. */
-export function mapLlamaWeights(file: GGUFModelFile, hp: HParams): LlamaWeights {
-  const h = file.header;
-  const get = (name: string, shape: number[], optional = false): WeightRef | undefined => {
+  /** Every weight handed out so far, in the order asked for. */
+  get refs(): readonly WeightRef[] {
+    return this.#refs;
+  }
+
+  /** The tensor `name` with `shape` (ggml order); a ModelError names it when missing or misshapen. */
+  need(name: string, role: WeightRole, shape: readonly number[]): WeightRef {
+    const ref = this.optional(name, role, shape);
+    if (!ref) throw new ModelError(`${this.#file.header.path}: missing tensor ${name}`);
+    return ref;
+  }
+
+  /** Like {@link need}, but a missing tensor gives undefined (a misshapen one still throws). */
+  optional(name: string, role: WeightRole, shape: readonly number[]): WeightRef | undefined {
+    const h = this.#file.header;
     const t = h.tensor(name);
-    if (!t) {
-      if (optional) return undefined;
-      throw new ModelError(`${h.path}: missing tensor ${name}`);
-    }
+    if (!t) return undefined;
     const ne = [...t.ne];
     while (ne.length < shape.length) ne.push(1);
     if (ne.length !== shape.length || ne.some((n, i) => n !== shape[i])) {
@@ -77,38 +70,10 @@ export function mapLlamaWeights(file: GGUFModelFile, hp: HParams): LlamaWeights 
         }), expected [${shape}]`,
       );
     }
-    return { name, type: t.type, ne };
-  };
-  const need = (name: string, shape: number[]) => get(name, shape)!;
-  const { nEmbd, nVocab, nFF, nHead, nHeadKv, headDimK, headDimV } = hp;
-  const nQ = headDimK * nHead;
-  const nK = headDimK * nHeadKv;
-  const nV = headDimV * nHeadKv;
-  const layers: LayerWeights[] = [];
-  for (let i = 0; i < hp.nLayer; i++) {
-    const b = `blk.${i}.`;
-    layers.push({
-      attnNorm: need(`${b}attn_norm.weight`, [nEmbd]),
-      wq: need(`${b}attn_q.weight`, [nEmbd, nQ]),
-      wk: need(`${b}attn_k.weight`, [nEmbd, nK]),
-      wv: need(`${b}attn_v.weight`, [nEmbd, nV]),
-      wo: need(`${b}attn_output.weight`, [headDimV * nHead, nEmbd]),
-      bq: get(`${b}attn_q.bias`, [nQ], true),
-      bk: get(`${b}attn_k.bias`, [nK], true),
-      bv: get(`${b}attn_v.bias`, [nV], true),
-      ffnNorm: need(`${b}ffn_norm.weight`, [nEmbd]),
-      ffnGate: need(`${b}ffn_gate.weight`, [nEmbd, nFF]),
-      ffnUp: need(`${b}ffn_up.weight`, [nEmbd, nFF]),
-      ffnDown: need(`${b}ffn_down.weight`, [nFF, nEmbd]),
-    });
+    const ref = { name, type: t.type, ne, role };
+    this.#refs.push(ref);
+    return ref;
   }
-  const tokEmbd = need("token_embd.weight", [nEmbd, nVocab]);
-  return {
-    tokEmbd,
-    outputNorm: need("output_norm.weight", [nEmbd]),
-    output: get("output.weight", [nEmbd, nVocab], true) ?? tokEmbd,
-    layers,
-  };
 }
 
 /** Makes graph leaves for weights, one leaf per tensor per graph. */

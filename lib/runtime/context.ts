@@ -19,9 +19,9 @@ import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../gguf/types.ts";
 import { BatchSplitter, type Ubatch } from "../kv/batch.ts";
 import { KvCache, N_KV_PAD, type SlotInfo, type SlotUndo } from "../kv/cache.ts";
-import { buildLlamaGraph, type LlamaGraph, type LlamaStep } from "../model/llama.ts";
 import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
-import { WeightLeaves } from "../model/weights.ts";
+import type { ArchGraph } from "../model/arch/types.ts";
+import { buildGraph, encoderMask } from "./graphs.ts";
 import { Scheduler } from "../sched/scheduler.ts";
 import { FifoLock } from "./lock.ts";
 import { validateContextOptions, validateDecode } from "./options.ts";
@@ -79,10 +79,15 @@ export class ContextBusyError extends ContextError {
   }
 }
 
-/** Logits of the rows that asked for them, row-major [nOutputs][nVocab]. */
+/**
+ * The output rows that were asked for, in batch order: logits [nVocab] for
+ * decoders, hidden states [nEmbd] for encoders (whose `logits` is empty).
+ */
 export interface DecodeResult {
-  /** Logits per output row, in batch order. */
+  /** Logits per output row (decoders). */
   readonly logits: Float32Array[];
+  /** Final hidden state per output row (encoders such as bert), unpooled. */
+  readonly embeddings?: Float32Array[];
 }
 
 /** Options of {@link Context.decode}. */
@@ -100,7 +105,7 @@ export interface ContextDecodeOptions {
 interface Parts {
   o: Required<Omit<ContextOptions, "threads" | "debugTaps">> & { threads?: number };
   backends: Backend[];
-  kv: KvCache;
+  kv: KvCache | null;
   sched: Scheduler;
   taps: ReadonlySet<string> | undefined;
   use: ModelUse;
@@ -120,25 +125,6 @@ const forgotten = new FinalizationRegistry<Leftovers>(({ backends, use }) => {
 });
 
 let nextId = 1;
-
-function build(
-  model: Model,
-  kv: KvCache,
-  taps: ReadonlySet<string> | undefined,
-  step: LlamaStep,
-): { g: Graph; io: LlamaGraph } {
-  const g = new Graph();
-  const io = buildLlamaGraph(
-    g,
-    model.hparams,
-    model.weights,
-    new WeightLeaves(model.file, g),
-    kv,
-    step,
-    taps,
-  );
-  return { g, io };
-}
 
 /**
  * Exclusive use of a context, from {@link Context.acquire} until disposed:
@@ -221,7 +207,8 @@ export class Context implements Disposable, AsyncDisposable {
   readonly backendChoice: NonNullable<ContextOptions["backend"]>;
   /** "Context #N (nCtx …, backend)": how errors name this context. */
   readonly label: string;
-  #kv: KvCache;
+  // null for architectures without memory (encoders).
+  #kv: KvCache | null;
   #sched: Scheduler;
   #backends: Backend[];
   #use: ModelUse;
@@ -229,7 +216,7 @@ export class Context implements Disposable, AsyncDisposable {
   #mask = new Float32Array(0);
   #taps: ReadonlySet<string> | undefined;
   // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
-  #last: { key: string; g: Graph; io: LlamaGraph } | null = null;
+  #last: { key: string; g: Graph; io: ArchGraph } | null = null;
   #lock = new FifoLock();
   // The decode running now (the kernels may be reading native memory).
   #running: Promise<unknown> | null = null;
@@ -310,8 +297,9 @@ export class Context implements Disposable, AsyncDisposable {
         assign = (layer) => (layer < kind.cpuLayers ? cpu : ref);
       }
     }
+    const hasKv = model.arch.memory === "kv";
     const newKv = (pick: (layer: number) => Backend) =>
-      new KvCache({
+      !hasKv ? null : new KvCache({
         size: nCtx,
         nLayer: hp.nLayer,
         nHeadKv: hp.nHeadKv,
@@ -324,14 +312,15 @@ export class Context implements Disposable, AsyncDisposable {
     const names = (layer: number) => assign(layer).name;
     const schedOpts = { assign: (node: Tensor) => names(node.layer < 0 ? hp.nLayer : node.layer) };
     const taps = options.debugTaps?.length ? new Set(options.debugTaps) : undefined;
-    // Worst case: a full batch attending the whole cache.
+    // Worst case: a full batch attending the whole cache (or, without a
+    // cache, the whole batch).
     const n = Math.min(nBatch, nCtx);
-    const worst = (kv: KvCache) =>
-      build(model, kv, taps, {
+    const worst = (kv: KvCache | null) =>
+      buildGraph(model, kv, taps, {
         nTokens: n,
         nOutputs: n,
-        nKv: nCtx,
-        slot: { idxs: Array.from({ length: n }, (_, i) => i) },
+        nKv: kv ? nCtx : n,
+        slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
       }).g;
     // Measured first with stand-ins that allocate nothing: a context too big
     // for this machine fails here, before gigabytes are zero-filled (or the
@@ -340,11 +329,12 @@ export class Context implements Disposable, AsyncDisposable {
     const kvDry = newKv((layer) => dry.get(assign(layer))!);
     const arenas = new Scheduler([...dry.values()], schedOpts).measure(worst(kvDry));
     const short = memoryShortfall(
-      kvDry.totalBytes,
+      kvDry?.totalBytes ?? 0,
       [...arenas.values()].reduce((a, b) => a + b, 0),
     );
     if (short) throw new ContextError(`${label} ${short}; use a smaller nCtx or nBatch`);
-    const kv = stack.use(newKv(assign));
+    const kv = newKv(assign);
+    if (kv) stack.use(kv);
     const sched = stack.use(new Scheduler(backends, schedOpts));
     sched.reserve(worst(kv));
     const ctx = new Context(model, label, { o, backends, kv, sched, taps, use });
@@ -381,13 +371,14 @@ export class Context implements Disposable, AsyncDisposable {
 
   /** Tokens currently in the cache for sequence 0 (the next position). */
   get nPast(): number {
-    return this.#kv.seqPosMax(0) + 1;
+    // Without a cache every decode starts afresh.
+    return this.#kv ? this.#kv.seqPosMax(0) + 1 : 0;
   }
 
   /** Forgets everything cached. Throws {@link ContextBusyError} while a decode holds the context. */
   clear(): void {
     this.#assertFree("clear");
-    this.#kv.clear();
+    this.#kv?.clear();
   }
 
   /** Drops cached positions >= pos of sequence 0 (to rewind or re-prompt). */
@@ -400,7 +391,7 @@ export class Context implements Disposable, AsyncDisposable {
     if (!Number.isInteger(pos) || pos < 0) {
       throw new ContextError(`truncate: position must be a non-negative integer, got ${pos}`);
     }
-    this.#kv.seqRm(0, pos, -1);
+    this.#kv?.seqRm(0, pos, -1);
   }
 
   /**
@@ -420,7 +411,7 @@ export class Context implements Disposable, AsyncDisposable {
       decode: (tokens, opts) => this.#decodeNow(tokens, opts),
       clear: () => {
         this.#assertOpen("clear");
-        this.#kv.clear();
+        this.#kv?.clear();
       },
       truncate: (pos) => {
         this.#assertOpen("truncate");
@@ -477,10 +468,18 @@ export class Context implements Disposable, AsyncDisposable {
     else logitsFlags[n - 1] = 1;
     this.#splitter.init({ token: ids, logits: logitsFlags }, {
       nVocab: this.model.hparams.nVocab,
-      memory: this.#kv,
+      memory: this.#kv ?? undefined,
     });
     this.#splitter.splitReset();
     const out: Float32Array[] = [];
+    const kv = this.#kv;
+    if (!kv) {
+      // No cache (encoders): every token attends to the whole input, so it
+      // is evaluated in one graph.
+      const ub = this.#splitter.splitSimple(n);
+      out.push(...await this.#decodeUbatch(ub!, null, signal));
+      return { logits: [], embeddings: out };
+    }
     const undo: SlotUndo[] = [];
     try {
       for (
@@ -489,26 +488,31 @@ export class Context implements Disposable, AsyncDisposable {
         ub = this.#splitter.splitSimple(this.nBatch)
       ) {
         signal.throwIfAborted();
-        const slot = this.#kv.findSlot(ub);
+        const slot = kv.findSlot(ub);
         if (!slot) {
           throw new ContextError(`decode: no room for ${ub.nTokens} tokens in the KV cache`);
         }
-        undo.push(this.#kv.saveSlot(slot));
-        this.#kv.applyUbatch(slot, ub);
+        undo.push(kv.saveSlot(slot));
+        kv.applyUbatch(slot, ub);
         out.push(...await this.#decodeUbatch(ub, slot, signal));
       }
     } catch (e) {
       // The whole call is undone, completed micro-batches included, so the
       // caller can retry it: the cells go back to what they were, and the
       // keys and values written into them are masked out until overwritten.
-      if (this.#state === "open") this.#kv.undo(undo);
+      if (this.#state === "open") kv.undo(undo);
       throw e;
     }
     return { logits: out };
   }
 
-  async #decodeUbatch(ub: Ubatch, slot: SlotInfo, signal: AbortSignal): Promise<Float32Array[]> {
-    const nKv = this.#kv.nKv();
+  async #decodeUbatch(
+    ub: Ubatch,
+    slot: SlotInfo | null,
+    signal: AbortSignal,
+  ): Promise<Float32Array[]> {
+    const kv = this.#kv;
+    const nKv = kv ? kv.nKv() : ub.nTokens;
     const outRows: number[] = [];
     ub.output.forEach((f, i) => f && outRows.push(i));
     const sched = this.#sched;
@@ -516,13 +520,14 @@ export class Context implements Disposable, AsyncDisposable {
     // nodes; only the inputs and the cells the keys and values land in change.
     const key = `${ub.nTokens}/${outRows.length}/${nKv}`;
     let last = this.#last?.key === key ? this.#last : null;
-    const moved = last && this.#kv.moveStores(last.g, slot);
+    // Without a cache a graph of the same shape is reused as it is.
+    const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
     if (moved) {
       sched.update(moved);
-    } else {
+    } else if (!last || kv) {
       last = null;
       this.#last = null; // until the new plan is in place
-      const { g, io } = build(this.model, this.#kv, this.#taps, {
+      const { g, io } = buildGraph(this.model, kv, this.#taps, {
         nTokens: ub.nTokens,
         nOutputs: outRows.length,
         nKv,
@@ -533,20 +538,21 @@ export class Context implements Disposable, AsyncDisposable {
     }
     const io = last!.io;
     sched.setInput(io.tokens, ub.token!);
-    sched.setInput(io.pos, ub.pos);
+    if (io.pos) sched.setInput(io.pos, ub.pos);
     if (this.#mask.length !== nKv * ub.nTokens) this.#mask = new Float32Array(nKv * ub.nTokens);
-    this.#kv.fillMask(ub, nKv, this.#mask);
+    if (kv) kv.fillMask(ub, nKv, this.#mask);
+    else encoderMask(ub, this.model.hparams.causal, this.#mask);
     sched.setInput(io.mask, this.#mask);
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);
     signal.throwIfAborted(); // the flag may have come after the last node
     this.lastTaps.clear();
     for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
-    if (!io.logits) return [];
-    const all = sched.read(io.logits); // a copy the caller may keep
+    if (!io.output) return [];
+    const all = sched.read(io.output); // a copy the caller may keep
     if (outRows.length === 1) return [all];
-    const nVocab = this.model.hparams.nVocab;
-    return outRows.map((_, r) => all.subarray(r * nVocab, (r + 1) * nVocab));
+    const width = io.output.ne[0];
+    return outRows.map((_, r) => all.subarray(r * width, (r + 1) * width));
   }
 
   #free(): void {
@@ -555,7 +561,7 @@ export class Context implements Disposable, AsyncDisposable {
     forgotten.unregister(this);
     this.#last = null;
     this.#sched[Symbol.dispose]();
-    this.#kv[Symbol.dispose]();
+    this.#kv?.[Symbol.dispose]();
     for (const b of this.#backends) b[Symbol.dispose]();
     this.#use.freed();
     this.#freed.resolve();

@@ -1,0 +1,301 @@
+/**
+ * The shared blocks architectures are built from, in the spirit of
+ * llama.cpp's llm_graph_context: the graph's inputs (tokens, positions,
+ * mask, output rows), norms, q/k/v projections, RoPE, attention over the
+ * KV cache or over the micro-batch alone, feed-forward variants and the
+ * output head. Each block emits the same ops in the same order as its
+ * llama.cpp counterpart, and names tensors with llama.cpp's callback names
+ * so debugging taps line up.
+ *
+ * @module
+ */
+import type { Graph, Tensor } from "../../graph/graph.ts";
+import { GGMLType } from "../../gguf/types.ts";
+import type { KvCache } from "../../kv/cache.ts";
+import type { HParams } from "../hparams.ts";
+import type { WeightLeaves, WeightRef } from "../weights.ts";
+import type { ArchGraph, Architecture, Step } from "./types.ts";
+
+/** Projection weights of one attention block: separate q/k/v (with optional biases) or fused qkv. */
+export type QkvWeights =
+  | {
+    readonly wq: WeightRef;
+    readonly wk: WeightRef;
+    readonly wv: WeightRef;
+    readonly bq?: WeightRef;
+    readonly bk?: WeightRef;
+    readonly bv?: WeightRef;
+  }
+  | { readonly wqkv: WeightRef; readonly bqkv?: WeightRef };
+
+/** Query, key and value heads of a micro-batch: [headDim, heads, nTokens]. */
+export interface Qkv {
+  /** Queries. */
+  q: Tensor;
+  /** Keys. */
+  k: Tensor;
+  /** Values. */
+  v: Tensor;
+}
+
+/**
+ * Feed-forward weights. With `gate`, the gate and up projections run in
+ * parallel and the activation gates the up projection (SwiGLU/GeGLU);
+ * with `fusedGate`, `up` holds gate and up stacked ([nEmbd, 2 nFF], gate
+ * first, phi3); otherwise the activation applies to the up projection.
+ */
+export interface FfnWeights {
+  /** Up projection. */
+  readonly up: WeightRef;
+  /** Up bias. */
+  readonly upB?: WeightRef;
+  /** Gate projection (parallel gate). */
+  readonly gate?: WeightRef;
+  /** Whether `up` is gate and up fused. */
+  readonly fusedGate?: boolean;
+  /** Down projection. */
+  readonly down: WeightRef;
+  /** Down bias. */
+  readonly downB?: WeightRef;
+}
+
+/** Builds one micro-batch's graph for an architecture; see the module doc. */
+export class GraphBuilder {
+  /** The graph under construction. */
+  readonly g: Graph;
+  /** The model's hyper-parameters. */
+  readonly hp: HParams;
+  /** What this graph covers. */
+  readonly step: Step;
+  /** The KV cache, or null for architectures without one. */
+  readonly kv: KvCache | null;
+  /** I32 [nTokens] token ids. */
+  readonly tokens: Tensor;
+  /** F32 [nKv, nTokens] additive attention mask. */
+  readonly mask: Tensor;
+  /** I32 [nOutputs] rows kept for the output, or null when every row is. */
+  readonly outIds: Tensor | null;
+  readonly #arch: Architecture;
+  readonly #leaves: WeightLeaves;
+  readonly #taps: ReadonlySet<string> | undefined;
+  readonly #kept = new Map<string, Tensor>();
+  #pos: Tensor | null = null;
+
+  /** A builder for `arch` over graph `g`. */
+  constructor(o: {
+    g: Graph;
+    hp: HParams;
+    arch: Architecture;
+    leaves: WeightLeaves;
+    kv: KvCache | null;
+    step: Step;
+    taps?: ReadonlySet<string>;
+  }) {
+    this.g = o.g;
+    this.hp = o.hp;
+    this.step = o.step;
+    this.kv = o.kv;
+    this.#arch = o.arch;
+    this.#leaves = o.leaves;
+    this.#taps = o.taps;
+    const n = o.step.nTokens;
+    this.tokens = o.g.input("inp_tokens", GGMLType.I32, [n]);
+    if (o.arch.rope !== "none") this.#pos = o.g.input("inp_pos", GGMLType.I32, [n]);
+    this.mask = o.g.input("kq_mask", GGMLType.F32, [o.step.nKv, n]);
+    this.outIds = o.step.nOutputs > 0 && o.step.nOutputs < n
+      ? o.g.input("inp_out_ids", GGMLType.I32, [o.step.nOutputs])
+      : null;
+  }
+
+  /** I32 [nTokens] positions (made on first use by architectures without RoPE). */
+  get pos(): Tensor {
+    this.#pos ??= this.g.input("inp_pos", GGMLType.I32, [this.step.nTokens]);
+    return this.#pos;
+  }
+
+  /** The graph leaf of a weight. */
+  w(ref: WeightRef): Tensor {
+    return this.#leaves.get(ref);
+  }
+
+  /**
+   * Names a tensor like llama.cpp's graph callback ("name-il", or "name"
+   * outside layers) and keeps it when a debugging tap asks for that name.
+   */
+  cb(t: Tensor, name: string, il = -1): Tensor {
+    const full = il >= 0 ? `${name}-${il}` : name;
+    if (this.#taps?.has(full)) {
+      t.name = full;
+      this.#kept.set(full, t);
+    }
+    return t;
+  }
+
+  /** `x + b`, or `x` without a bias. */
+  bias(x: Tensor, b: WeightRef | undefined): Tensor {
+    return b ? this.g.add(x, this.w(b)) : x;
+  }
+
+  /** The token embeddings of the micro-batch (build_inp_embd). */
+  embed(tokEmbd: WeightRef): Tensor {
+    return this.g.getRows(this.w(tokEmbd), this.tokens);
+  }
+
+  /** build_norm: the architecture's norm, times `w`, plus `b`. */
+  norm(x: Tensor, w: WeightRef | undefined, b?: WeightRef, eps = this.hp.normEps): Tensor {
+    let cur = this.#arch.norm === "rms" ? this.g.rmsNorm(x, eps) : this.g.norm(x, eps);
+    if (w) cur = this.g.mul(cur, this.w(w));
+    return this.bias(cur, b);
+  }
+
+  /**
+   * build_qkv: the projections as [headDim, heads, nTokens] (views of one
+   * matrix product for fused qkv). Expanded now so they come before the
+   * RoPE and cache-store nodes that follow.
+   */
+  qkv(x: Tensor, lw: QkvWeights, il: number): Qkv {
+    const g = this.g;
+    const n = this.step.nTokens;
+    const { nHead, nHeadKv, headDimK, headDimV } = this.hp;
+    if ("wqkv" in lw) {
+      const qkv = this.cb(this.bias(g.mulMat(this.w(lw.wqkv), x), lw.bqkv), "wqkv", il);
+      const nQ = headDimK * nHead;
+      const nK = headDimK * nHeadKv;
+      const view = (d: number, h: number, at: number) =>
+        g.view(qkv, [d, h, n], [4 * d, qkv.nb[1]], 4 * at);
+      const out = {
+        q: view(headDimK, nHead, 0),
+        k: view(headDimK, nHeadKv, nQ),
+        v: this.cb(view(headDimV, nHeadKv, nQ + nK), "Vcur", il),
+      };
+      g.expand(qkv);
+      return out;
+    }
+    const q = this.bias(g.mulMat(this.w(lw.wq), x), lw.bq);
+    const k = this.bias(g.mulMat(this.w(lw.wk), x), lw.bk);
+    const v = this.cb(this.bias(g.mulMat(this.w(lw.wv), x), lw.bv), "Vcur", il);
+    // Node order only decides what the CPU backend may run without a barrier
+    // in between (nodes that share no written memory): the projections
+    // together, then rope(k) with the V store, then rope(q) with the K store
+    // (see attention()).
+    g.expand(q), g.expand(k), g.expand(v);
+    return {
+      q: g.reshape(q, [headDimK, nHead, n]),
+      k: g.reshape(k, [headDimK, nHeadKv, n]),
+      v: g.reshape(v, [headDimV, nHeadKv, n]),
+    };
+  }
+
+  /** ggml_rope_ext with the model's RoPE settings. */
+  rope(x: Tensor): Tensor {
+    return this.g.rope(x, this.pos, this.hp.rope);
+  }
+
+  /**
+   * build_attn: stores k and v in the cache (when there is one), then
+   * softmax(kq * kqScale + mask) v over the cache window or the micro-batch,
+   * merged heads, output projection and bias.
+   */
+  attention(
+    qkv: Qkv,
+    wo: WeightRef,
+    bo: WeightRef | undefined,
+    kqScale: number,
+    il: number,
+  ): Tensor {
+    const g = this.g;
+    const n = this.step.nTokens;
+    const { nHead, headDimV } = this.hp;
+    const { q, k, v } = qkv;
+    let kAll: Tensor, vAll: Tensor;
+    if (this.kv) {
+      // rope(k) with the V store, then rope(q) with the K store (in this
+      // order, so that rope(q) does not reuse the memory the K store reads).
+      g.expand(k);
+      this.kv.storeV(g, il, v, this.step.slot!);
+      g.expand(q);
+      this.kv.storeK(g, il, k, this.step.slot!);
+      kAll = this.kv.kView(g, il, this.step.nKv);
+      vAll = this.kv.vView(g, il, this.step.nKv);
+    } else {
+      // build_attn_mha without a cache: heads outer, and V transposed so
+      // one mul_mat per head computes kq·v.
+      kAll = g.permute(k, 0, 2, 1, 3); // [headDimK, n, nHeadKv]
+      vAll = g.cont(g.transpose(g.permute(v, 0, 2, 1, 3))); // [n, headDimV, nHeadKv]
+    }
+    // Heads become the outer dimension so one mul_mat per head pair does q·k.
+    const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead]
+    let kq = this.cb(g.mulMat(kAll, qh), "kq", il); // [nKv, n, nHead]
+    kq = this.cb(g.softMax(kq, { mask: this.mask, scale: kqScale }), "kq_soft_max", il);
+    const kqv = this.cb(g.mulMat(vAll, kq), "kqv", il); // [headDimV, n, nHead]
+    const merged = this.cb(
+      g.cont(g.permute(kqv, 0, 2, 1, 3), [headDimV * nHead, n]),
+      "kqv_out",
+      il,
+    );
+    return this.cb(this.bias(g.mulMat(this.w(wo), merged), bo), "attn_out", il);
+  }
+
+  /** Keeps only the output rows (build_inp_out_ids' get_rows), before the last FFN. */
+  outputRows(x: Tensor): Tensor {
+    return this.outIds ? this.g.getRows(x, this.outIds) : x;
+  }
+
+  /** build_ffn with the variants of the type comment on {@link FfnWeights}. */
+  ffn(x: Tensor, f: FfnWeights, act: "silu" | "gelu", il: number): Tensor {
+    const g = this.g;
+    let cur: Tensor;
+    if (f.gate) {
+      const gate = this.cb(g.mulMat(this.w(f.gate), x), "ffn_gate", il);
+      const up = this.cb(this.bias(g.mulMat(this.w(f.up), x), f.upB), "ffn_up", il);
+      cur = act === "silu"
+        ? this.cb(g.swiglu(gate, up), "ffn_swiglu", il)
+        // ggml_vec_geglu_f32 is gelu(gate) * up, rounded the same way.
+        : this.cb(g.mul(g.gelu(gate), up), "ffn_geglu", il);
+    } else if (f.fusedGate) {
+      const gu = this.cb(this.bias(g.mulMat(this.w(f.up), x), f.upB), "ffn_up", il);
+      const nFF = gu.ne[0] / 2;
+      // ggml_swiglu on one tensor: its first half gates its second.
+      const half = (at: number) => g.view(gu, [nFF, gu.ne[1]], [gu.nb[1]], 4 * at);
+      if (act !== "silu") throw new Error("fused gate|up is implemented for SwiGLU only");
+      cur = this.cb(g.swiglu(half(0), half(nFF)), "ffn_swiglu", il);
+    } else {
+      const up = this.cb(this.bias(g.mulMat(this.w(f.up), x), f.upB), "ffn_up", il);
+      cur = act === "silu"
+        ? this.cb(g.silu(up), "ffn_silu", il)
+        : this.cb(g.gelu(up), "ffn_gelu", il);
+    }
+    return this.bias(g.mulMat(this.w(f.down), cur), f.downB);
+  }
+
+  /** The output head: final norm, then the vocabulary projection. */
+  logits(x: Tensor, norm: WeightRef, output: WeightRef, normB?: WeightRef): Tensor {
+    const normed = this.cb(this.norm(x, norm, normB), "result_norm");
+    return this.cb(this.g.mulMat(this.w(output), normed), "result_output");
+  }
+
+  /**
+   * Ends a graph whose micro-batch has no output rows: only the cache
+   * stores matter then (llama.cpp runs the rest on zero rows, computing
+   * nothing; a zero-row get_rows would build shapes no kernel accepts).
+   */
+  get noOutputs(): boolean {
+    return this.step.nOutputs === 0;
+  }
+
+  /** Marks the output and the taps and returns the graph's handles. */
+  finish(output: Tensor | null): ArchGraph {
+    this.g.setLayer(-1);
+    if (output) this.g.markOutput(output);
+    // After the output so the taps do not change the node order.
+    for (const t of this.#kept.values()) this.g.markOutput(t);
+    return {
+      tokens: this.tokens,
+      pos: this.#pos,
+      mask: this.mask,
+      outIds: this.outIds,
+      output,
+      taps: this.#kept,
+    };
+  }
+}
