@@ -14,7 +14,7 @@
 import { CpuBackend } from "../backend/cpu.ts";
 import { ReferenceBackend } from "../backend/reference.ts";
 import type { Backend } from "../backend/types.ts";
-import { Graph } from "../graph/graph.ts";
+import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../gguf/types.ts";
 import { BatchSplitter, type Ubatch } from "../kv/batch.ts";
