@@ -1,8 +1,10 @@
 /**
- * Random-weight llama models for benchmarks and tests: a llama-shaped GGUF
- * with normal(0, std) weights, written one tensor at a time so a model of a
- * few hundred MB never sits in memory whole. The tokenizer metadata can be
- * copied from another GGUF so that llama.cpp loads the result.
+ * Random-weight models for benchmarks and tests: a GGUF of any architecture
+ * ({@link writeRandomGGUF}: its metadata and tensor list) with normal(0, std)
+ * weights, written one tensor at a time so a model of a few hundred MB never
+ * sits in memory whole; {@link writeRandomLlama} is the llama layout. The
+ * tokenizer metadata can be copied from another GGUF so that llama.cpp loads
+ * the result.
  *
  * @module
  */
@@ -95,6 +97,144 @@ function encodeRows(type: number, values: Float32Array, rowLen: number): Uint8Ar
   return out;
 }
 
+/** A metadata value of {@link RandomModelSpec}: numbers are written as u32 when integral, else f32. */
+export type RandomMetaValue = number | string | boolean | { f32: number } | readonly string[];
+
+/** One tensor of {@link RandomModelSpec}. */
+export interface RandomTensor {
+  /** llama.cpp's tensor name. */
+  readonly name: string;
+  /** Shape, ggml order. */
+  readonly ne: readonly number[];
+  /**
+   * "matrix": normal(0, std) in the spec's weight type; "norm": 1 + 0.1
+   * normal, f32; "bias": 0.1 normal, f32; "f32": normal(0, std), f32.
+   */
+  readonly kind: "matrix" | "norm" | "bias" | "f32";
+  /** Overrides the spec's std for this tensor ("matrix" and "f32"). */
+  readonly std?: number;
+}
+
+/** What {@link writeRandomGGUF} writes. */
+export interface RandomModelSpec {
+  /** `general.architecture`. */
+  arch: string;
+  /** `general.name` (default "random-<arch>"). */
+  name?: string;
+  /** Metadata keys after the architecture prefix ("embedding_length": 64), or full keys with a dot prefix ("general.foo"). */
+  meta: Record<string, RandomMetaValue>;
+  /** The tensors, in file order. */
+  tensors: readonly RandomTensor[];
+  /** Type of "matrix" tensors (default "f32"). */
+  type?: "f32" | "f16" | "q8_0" | "q4_0";
+  /** Standard deviation of "matrix" weights (default 0.02). */
+  std?: number;
+  /** Seed of the generator (default 1). */
+  seed?: number;
+  /** A GGUF whose `tokenizer.*` keys are copied; without it a minimal SPM vocabulary of nVocab tokens. */
+  tokenizerFrom?: string;
+  /** Vocabulary size of the minimal vocabulary (default 32000). */
+  nVocab?: number;
+}
+
+/** The vocabulary size {@link writeRandomGGUF} will write for `spec`. */
+export async function randomVocabSize(
+  spec: Pick<RandomModelSpec, "tokenizerFrom" | "nVocab">,
+): Promise<number> {
+  if (!spec.tokenizerFrom) return spec.nVocab ?? 32000;
+  const src = await readGGUF(spec.tokenizerFrom);
+  return src.strings("tokenizer.ggml.tokens")?.length ?? spec.nVocab ?? 32000;
+}
+
+function minimalVocab(nVocab: number): GGUFKV[] {
+  const tokens = Array.from({ length: nVocab }, (_, i) => `<t${i}>`);
+  return [
+    { key: "tokenizer.ggml.model", type: GGUFValueType.STRING, value: "llama" },
+    {
+      key: "tokenizer.ggml.tokens",
+      type: GGUFValueType.ARRAY,
+      value: { itemType: GGUFValueType.STRING, values: tokens },
+    },
+    {
+      key: "tokenizer.ggml.scores",
+      type: GGUFValueType.ARRAY,
+      value: { itemType: GGUFValueType.FLOAT32, values: new Float32Array(nVocab) },
+    },
+    {
+      key: "tokenizer.ggml.token_type",
+      type: GGUFValueType.ARRAY,
+      value: { itemType: GGUFValueType.INT32, values: new Int32Array(nVocab).fill(1) },
+    },
+  ];
+}
+
+function metaKv(key: string, v: RandomMetaValue): GGUFKV {
+  if (typeof v === "string") return { key, type: GGUFValueType.STRING, value: v };
+  if (typeof v === "boolean") return { key, type: GGUFValueType.BOOL, value: v };
+  if (typeof v === "number") {
+    return Number.isInteger(v) && v >= 0
+      ? { key, type: GGUFValueType.UINT32, value: v }
+      : { key, type: GGUFValueType.FLOAT32, value: v };
+  }
+  if ("f32" in v) return { key, type: GGUFValueType.FLOAT32, value: v.f32 };
+  return {
+    key,
+    type: GGUFValueType.ARRAY,
+    value: { itemType: GGUFValueType.STRING, values: [...v] },
+  };
+}
+
+/**
+ * Writes a GGUF of architecture `spec.arch` with random weights to `path`:
+ * the metadata given (prefixed with the architecture), `general.*`, a
+ * tokenizer, and each tensor drawn as its kind says.
+ */
+export async function writeRandomGGUF(path: string, spec: RandomModelSpec): Promise<void> {
+  const typeName = spec.type ?? "f32";
+  const wtype = TYPE_IDS[typeName];
+  if (wtype === undefined) throw new RangeError(`writeRandomGGUF: unknown type ${typeName}`);
+  const std = spec.std ?? 0.02;
+  const next = normalSource(spec.seed ?? 1);
+  let tokKv: GGUFKV[];
+  if (spec.tokenizerFrom) {
+    const src = await readGGUF(spec.tokenizerFrom);
+    tokKv = src.kv.filter((kv) => kv.key.startsWith("tokenizer."));
+  } else {
+    tokKv = minimalVocab(spec.nVocab ?? 32000);
+  }
+  const kv: GGUFKV[] = [
+    { key: "general.architecture", type: GGUFValueType.STRING, value: spec.arch },
+    { key: "general.name", type: GGUFValueType.STRING, value: spec.name ?? `random-${spec.arch}` },
+    ...Object.entries(spec.meta).map(([k, v]) =>
+      metaKv(k.startsWith(".") ? k.slice(1) : `${spec.arch}.${k}`, v)
+    ),
+    { key: "general.file_type", type: GGUFValueType.UINT32, value: FTYPES[typeName] },
+    ...tokKv,
+  ];
+  const tensors: GGUFWriteTensor[] = spec.tensors.map((t) => {
+    const n = t.ne.reduce((a, b) => a * b, 1);
+    const type = t.kind === "matrix" ? wtype : GGMLType.F32;
+    return {
+      name: t.name,
+      type,
+      ne: [...t.ne],
+      data: () => {
+        const v = new Float32Array(n);
+        const s = t.std ?? std;
+        for (let i = 0; i < n; i++) {
+          v[i] = t.kind === "norm"
+            ? 1 + 0.1 * next()
+            : t.kind === "bias"
+            ? 0.1 * next()
+            : s * next();
+        }
+        return encodeRows(type, v, t.ne[0]);
+      },
+    };
+  });
+  await writeGGUFFile(path, { kv, tensors });
+}
+
 /**
  * Writes a llama-architecture GGUF with random weights to `path` (token
  * embedding, untied output, per-layer attention and SwiGLU feed-forward).
@@ -104,85 +244,18 @@ export async function writeRandomLlama(path: string, opts: RandomLlamaOptions = 
   const nEmbd = opts.nEmbd ?? 768, nLayer = opts.nLayer ?? 12;
   const nHead = opts.nHead ?? 12, nHeadKv = opts.nHeadKv ?? 4, nFF = opts.nFF ?? 2048;
   const typeName = opts.type ?? "f16";
-  const wtype = TYPE_IDS[typeName];
-  if (wtype === undefined) throw new RangeError(`writeRandomLlama: unknown type ${typeName}`);
+  if (TYPE_IDS[typeName] === undefined) {
+    throw new RangeError(`writeRandomLlama: unknown type ${typeName}`);
+  }
   if (nEmbd % nHead !== 0 || nHead % nHeadKv !== 0) {
     throw new RangeError("writeRandomLlama: nEmbd must divide by nHead, nHead by nHeadKv");
   }
   const headDim = nEmbd / nHead;
-  const std = opts.std ?? 0.02;
-  const next = normalSource(opts.seed ?? 1);
-
-  let tokKv: GGUFKV[];
-  let nVocab = opts.nVocab ?? 32000;
-  if (opts.tokenizerFrom) {
-    const src = await readGGUF(opts.tokenizerFrom);
-    tokKv = src.kv.filter((kv) => kv.key.startsWith("tokenizer."));
-    nVocab = src.strings("tokenizer.ggml.tokens")?.length ?? nVocab;
-  } else {
-    const tokens = Array.from({ length: nVocab }, (_, i) => `<t${i}>`);
-    tokKv = [
-      { key: "tokenizer.ggml.model", type: GGUFValueType.STRING, value: "llama" },
-      {
-        key: "tokenizer.ggml.tokens",
-        type: GGUFValueType.ARRAY,
-        value: { itemType: GGUFValueType.STRING, values: tokens },
-      },
-      {
-        key: "tokenizer.ggml.scores",
-        type: GGUFValueType.ARRAY,
-        value: { itemType: GGUFValueType.FLOAT32, values: new Float32Array(nVocab) },
-      },
-      {
-        key: "tokenizer.ggml.token_type",
-        type: GGUFValueType.ARRAY,
-        value: { itemType: GGUFValueType.INT32, values: new Int32Array(nVocab).fill(1) },
-      },
-    ];
-  }
-  const u32 = (key: string, value: number): GGUFKV => ({
-    key,
-    type: GGUFValueType.UINT32,
-    value,
-  });
-  const kv: GGUFKV[] = [
-    { key: "general.architecture", type: GGUFValueType.STRING, value: "llama" },
-    { key: "general.name", type: GGUFValueType.STRING, value: "random-llama" },
-    u32("llama.context_length", opts.nCtxTrain ?? 2048),
-    u32("llama.embedding_length", nEmbd),
-    u32("llama.block_count", nLayer),
-    u32("llama.feed_forward_length", nFF),
-    u32("llama.rope.dimension_count", headDim),
-    u32("llama.attention.head_count", nHead),
-    u32("llama.attention.head_count_kv", nHeadKv),
-    { key: "llama.attention.layer_norm_rms_epsilon", type: GGUFValueType.FLOAT32, value: 1e-5 },
-    u32("general.file_type", FTYPES[typeName]),
-    ...tokKv,
-  ];
-
-  const tensors: GGUFWriteTensor[] = [];
+  const nVocab = await randomVocabSize(opts);
+  const tensors: RandomTensor[] = [];
   const matrix = (name: string, cols: number, rows: number) =>
-    tensors.push({
-      name,
-      type: wtype,
-      ne: [cols, rows],
-      data: () => {
-        const v = new Float32Array(cols * rows);
-        for (let i = 0; i < v.length; i++) v[i] = std * next();
-        return encodeRows(wtype, v, cols);
-      },
-    });
-  const norm = (name: string) =>
-    tensors.push({
-      name,
-      type: GGMLType.F32,
-      ne: [nEmbd],
-      data: () => {
-        const v = new Float32Array(nEmbd);
-        for (let i = 0; i < nEmbd; i++) v[i] = 1 + 0.1 * next();
-        return new Uint8Array(v.buffer);
-      },
-    });
+    tensors.push({ name, ne: [cols, rows], kind: "matrix" });
+  const norm = (name: string) => tensors.push({ name, ne: [nEmbd], kind: "norm" });
   matrix("token_embd.weight", nEmbd, nVocab);
   for (let i = 0; i < nLayer; i++) {
     const b = `blk.${i}.`;
@@ -198,5 +271,24 @@ export async function writeRandomLlama(path: string, opts: RandomLlamaOptions = 
   }
   norm("output_norm.weight");
   matrix("output.weight", nEmbd, nVocab);
-  await writeGGUFFile(path, { kv, tensors });
+  await writeRandomGGUF(path, {
+    arch: "llama",
+    name: "random-llama",
+    meta: {
+      context_length: opts.nCtxTrain ?? 2048,
+      embedding_length: nEmbd,
+      block_count: nLayer,
+      feed_forward_length: nFF,
+      "rope.dimension_count": headDim,
+      "attention.head_count": nHead,
+      "attention.head_count_kv": nHeadKv,
+      "attention.layer_norm_rms_epsilon": { f32: 1e-5 },
+    },
+    tensors,
+    type: typeName,
+    std: opts.std,
+    seed: opts.seed,
+    tokenizerFrom: opts.tokenizerFrom,
+    nVocab: opts.nVocab,
+  });
 }
