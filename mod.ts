@@ -96,7 +96,8 @@ export { type QuantizeProgress, type QuantizeResult } from "./lib/quant/quantize
 export { type Sampler } from "./lib/sample/samplers.ts";
 export { TokenCandidates } from "./lib/sample/candidates.ts";
 export { Vocab } from "./lib/tokenizer/vocab.ts";
-export { type BackendBuffer } from "./lib/backend/types.ts";
+export { type BackendBuffer, type BufferIO, type OwnedBuffer } from "./lib/backend/types.ts";
+export { type BackendChoice, type BackendPlan } from "./lib/runtime/backends.ts";
 export { type GGUFWriteTensor } from "./lib/gguf/writer.ts";
 export { type GrammarRule } from "./lib/grammar/parser.ts";
 export { GrammarStack, type PartialUtf8 } from "./lib/grammar/matcher.ts";

@@ -8,6 +8,7 @@
  */
 import { MAX_PARAMS } from "../graph/ops.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
+import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 import { opSupported, validateNode } from "./validate.ts";
 import { loadLibrary, loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
 import { LE_CANCELLED, NODE_BYTES, NodeLayout as L, TENSOR_BYTES } from "../../ffi/symbols.ts";
@@ -21,8 +22,11 @@ export interface CpuBackendOptions {
   library?: NativeLibrary;
 }
 
-/** A buffer allocated natively by the CPU backend. */
-export interface CpuBuffer extends BackendBuffer {
+/**
+ * A buffer allocated natively by the CPU backend: host memory, so set, get
+ * and copy are memcpys through its zero-copy `bytes` view.
+ */
+export interface CpuBuffer extends OwnedBuffer {
   /** Always "cpu". */
   readonly backend: "cpu";
   /** Address returned by le_alloc. */
@@ -169,13 +173,16 @@ export class CpuBackend implements Backend {
     return opSupported(q);
   }
 
-  /** A zero-filled native buffer (64-byte aligned) with a zero-copy `bytes` view. */
+  /**
+   * A zero-filled native buffer (64-byte aligned) with a zero-copy `bytes`
+   * view; its set/get/copy/clear work on that view and throw once freed.
+   */
   alloc(size: number): CpuBuffer {
     if (this.#closed) throw new BackendDisposedError();
     if (!Number.isSafeInteger(size) || size < 0) throw new RangeError(`alloc: bad size ${size}`);
     const ptr = this.#s.lib.symbols.le_alloc(BigInt(Math.max(size, 1)), 64n);
     if (ptr === null) throw new RangeError(`alloc(${size}): ${this.#s.lib.lastError()}`);
-    const buf: CpuBuffer = { backend: "cpu", size, bytes: nativeBytes(ptr, size), ptr };
+    const buf = new HostBuffer("cpu", nativeBytes(ptr, size), ptr) as CpuBuffer;
     this.#s.buffers.add(buf);
     return buf;
   }

@@ -24,6 +24,7 @@ import {
   vecDotType,
 } from "./ref_quants.ts";
 import { opSupported, validateNode } from "./validate.ts";
+import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 
 const { F32, F16, BF16, I32, Q8_0 } = GGMLType;
 
@@ -288,8 +289,8 @@ export function referenceCompute(n: ExecNode): void {
   }
 }
 
-/** A JavaScript-heap buffer of the reference backend. */
-export interface ReferenceBuffer extends BackendBuffer {
+/** A JavaScript-heap buffer of the reference backend (set/get/copy are memcpys). */
+export interface ReferenceBuffer extends OwnedBuffer {
   /** Always "ref". */
   readonly backend: "ref";
   /** JavaScript-heap memory has no native address. */
@@ -309,7 +310,7 @@ export class ReferenceBackend implements Backend {
   /** A zero-filled ArrayBuffer-backed buffer. */
   alloc(size: number): ReferenceBuffer {
     if (!Number.isSafeInteger(size) || size < 0) throw new RangeError(`alloc: bad size ${size}`);
-    return { backend: "ref", size, bytes: new Uint8Array(size), ptr: null };
+    return new HostBuffer("ref", new Uint8Array(size)) as ReferenceBuffer;
   }
 
   /** Nothing to release: the garbage collector owns the memory. */

@@ -5,9 +5,9 @@
  * @module
  */
 import type { Op } from "../graph/ops.ts";
-import type { BackendBuffer, BufferRef, Dims } from "../ggml/memory.ts";
+import type { BackendBuffer, BufferIO, BufferRef, Dims, OwnedBuffer } from "../ggml/memory.ts";
 
-export type { BackendBuffer, BufferRef, Dims, Op };
+export type { BackendBuffer, BufferIO, BufferRef, Dims, Op, OwnedBuffer };
 
 /** A tensor with its memory resolved: what a backend executes on. */
 export interface ResolvedTensor {
@@ -51,7 +51,11 @@ export interface Backend extends Disposable {
   readonly name: string;
   /** Whether this backend can run `q`. */
   supportsOp(q: OpQuery): boolean;
-  /** A zero-filled buffer of `size` bytes, aligned to at least 64. */
+  /**
+   * A zero-filled buffer of `size` bytes, aligned to at least 64. Others
+   * move bytes in and out of it only through its {@link BufferIO} (see
+   * lib/ggml/memory.ts), so the memory need not be host-addressable.
+   */
   alloc(size: number): BackendBuffer;
   /** Release a buffer from alloc(). */
   free(buf: BackendBuffer): void;

@@ -5,12 +5,16 @@
  *
  * @module
  */
-import type { BackendBuffer } from "../ggml/memory.ts";
+import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 import { loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
 import { detachNative, nativeBytes, toCString } from "../../ffi/pointers.ts";
 
-/** A read-only mapping of a whole file. Writing to `bytes` crashes the process. */
-export interface MappedFile extends BackendBuffer, Disposable {
+/**
+ * A read-only mapping of a whole file: a host buffer whose set, copy and
+ * clear are refused (writing to `bytes` would crash the process). Kernels
+ * read the weights in place through `ptr`; nothing copies them.
+ */
+export interface MappedFile extends OwnedBuffer, Disposable {
   /** Always "host". */
   readonly backend: "host";
   /** Base address of the mapping. */
@@ -57,19 +61,28 @@ export function mapFile(path: string, library?: NativeLibrary): MappedFile {
   const bytes = nativeBytes(ptr, size);
   const token = {};
   forgotten.register(bytes.buffer, { lib, ptr, size }, token);
-  let mapped = true;
-  return {
-    backend: "host",
-    path,
-    size,
-    ptr,
-    bytes,
-    [Symbol.dispose]() {
-      if (!mapped) return;
-      mapped = false;
-      forgotten.unregister(token);
-      detachNative(bytes);
-      lib.symbols.le_munmap(ptr, BigInt(size));
-    },
-  };
+  return new FileMapping(path, bytes, ptr, () => {
+    forgotten.unregister(token);
+    detachNative(bytes);
+    lib.symbols.le_munmap(ptr, BigInt(size));
+  });
+}
+
+// The HostBuffer over the mapping; dispose unmaps it once.
+class FileMapping extends HostBuffer<"host"> implements MappedFile {
+  declare readonly ptr: Deno.PointerObject;
+  readonly path: string;
+  #unmap: (() => void) | null;
+
+  constructor(path: string, bytes: Uint8Array, ptr: Deno.PointerObject, unmap: () => void) {
+    super("host", bytes, ptr, { readOnly: true, label: `mapping of ${path}` });
+    this.path = path;
+    this.#unmap = unmap;
+  }
+
+  [Symbol.dispose](): void {
+    const unmap = this.#unmap;
+    this.#unmap = null;
+    unmap?.();
+  }
 }

@@ -10,6 +10,7 @@
  */
 import type { Backend, BackendBuffer, BufferRef } from "../backend/types.ts";
 import { alignUp } from "../graph/alloc.ts";
+import { bufferClear } from "../ggml/memory.ts";
 import type { Graph } from "../graph/graph.ts";
 import { rowSize, type Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../gguf/types.ts";
@@ -196,7 +197,8 @@ export class KvCache implements Disposable {
   clear(data = false): void {
     this.cells.reset();
     this.head = 0;
-    if (data) { for (const [, b] of this.#buffers) b.bytes.fill(0); }
+    // Through the buffer's own clear: the cache may live in device memory.
+    if (data) { for (const [, b] of this.#buffers) bufferClear(b, 0); }
   }
 
   #range(p0: number, p1: number): [number, number] {

@@ -11,8 +11,6 @@
  *
  * @module
  */
-import { CpuBackend } from "../backend/cpu.ts";
-import { ReferenceBackend } from "../backend/reference.ts";
 import type { Backend } from "../backend/types.ts";
 import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
@@ -23,6 +21,14 @@ import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
 import type { ArchGraph } from "../model/arch/types.ts";
 import { buildGraph, encoderMask } from "./graphs.ts";
 import { Scheduler } from "../sched/scheduler.ts";
+import {
+  type BackendChoice,
+  backendChoice,
+  backendPlan,
+  choiceLabel,
+  layerAssignment,
+  openBackends,
+} from "./backends.ts";
 import { FifoLock } from "./lock.ts";
 import { validateContextOptions, validateDecode } from "./options.ts";
 import { dryBackend, memoryShortfall } from "./sizing.ts";
@@ -41,8 +47,23 @@ export interface ContextOptions {
    * Where layers run: "cpu" (native kernels), "ref" (pure TypeScript), or
    * `{ cpuLayers: k }` — layers below k on the CPU backend, the rest (and
    * the output head) on the reference backend, with copies between them.
+   * Shorthands for {@link ContextOptions.backends}: `["cpu"]`, `["ref"]`
+   * and `["cpu", "ref"]` with `layerSplit: [k]`.
    */
   backend?: "cpu" | "ref" | { cpuLayers: number };
+  /**
+   * The backends by registry name ("cpu", "ref"), highest priority first,
+   * each once; not together with {@link ContextOptions.backend}. Without
+   * {@link ContextOptions.layerSplit} the first runs every layer and the
+   * others only ops it cannot run.
+   */
+  backends?: readonly string[];
+  /**
+   * With {@link ContextOptions.backends}: layers run by each backend but the
+   * last, in order (`[3]`: layers 0..2 on `backends[0]`); the last runs the
+   * rest and the output head.
+   */
+  layerSplit?: readonly number[];
   /**
    * Debugging: intermediate tensors to keep and copy into
    * {@link Context.lastTaps} after each graph run, by llama.cpp's callback
@@ -103,7 +124,8 @@ export interface ContextDecodeOptions {
 }
 
 interface Parts {
-  o: Required<Omit<ContextOptions, "threads" | "debugTaps">> & { threads?: number };
+  o: { nCtx: number; nBatch: number; threads?: number; kvType: "f16" | "f32" };
+  choice: BackendChoice;
   backends: Backend[];
   kv: KvCache | null;
   sched: Scheduler;
@@ -203,8 +225,8 @@ export class Context implements Disposable, AsyncDisposable {
   readonly threads: number | undefined;
   /** KV cache element type. */
   readonly kvType: "f16" | "f32";
-  /** The backend choice this context was created with. */
-  readonly backendChoice: NonNullable<ContextOptions["backend"]>;
+  /** The backend choice this context was created with (`backend`, or `backends` and `layerSplit`). */
+  readonly backendChoice: BackendChoice;
   /** "Context #N (nCtx …, backend)": how errors name this context. */
   readonly label: string;
   // null for architectures without memory (encoders).
@@ -232,7 +254,7 @@ export class Context implements Disposable, AsyncDisposable {
     this.label = label;
     this.threads = p.o.threads;
     this.kvType = p.o.kvType;
-    this.backendChoice = p.o.backend;
+    this.backendChoice = p.choice;
     this.nCtx = p.o.nCtx;
     this.nBatch = p.o.nBatch;
     this.#backends = p.backends;
@@ -260,18 +282,15 @@ export class Context implements Disposable, AsyncDisposable {
     if (!Number.isInteger(nBatch) || nBatch <= 0) {
       throw new ContextError(`nBatch must be a positive integer, got ${nBatch}`);
     }
-    const kind = options.backend ?? "cpu";
+    const choice = backendChoice(options);
     const o = {
       nCtx,
       nBatch,
       threads: options.threads,
       kvType: options.kvType ?? "f16",
-      backend: kind,
     } as const;
     const id = nextId++;
-    const label = `Context #${id} (nCtx ${nCtx}, ${
-      typeof kind === "string" ? kind : `cpuLayers ${kind.cpuLayers}`
-    })`;
+    const label = `Context #${id} (nCtx ${nCtx}, ${choiceLabel(choice)})`;
     // Freed in reverse order if any step below throws.
     using stack = new DisposableStack();
     const creating = {}; // stands for the context in the model's list until it exists
@@ -280,23 +299,10 @@ export class Context implements Disposable, AsyncDisposable {
       use.closing();
       use.freed();
     });
-    let backends: Backend[];
-    let assign: (layer: number) => Backend;
-    if (kind === "ref") {
-      const ref = new ReferenceBackend();
-      backends = [ref];
-      assign = () => ref;
-    } else {
-      const cpu = stack.use(await CpuBackend.create({ threads: options.threads }));
-      if (kind === "cpu") {
-        backends = [cpu];
-        assign = () => cpu;
-      } else {
-        const ref = new ReferenceBackend();
-        backends = [cpu, ref];
-        assign = (layer) => (layer < kind.cpuLayers ? cpu : ref);
-      }
-    }
+    // The choice is data: registry names in order and a layer split.
+    const plan = backendPlan(choice);
+    const backends = await openBackends(plan, options.threads, stack);
+    const assign = layerAssignment(plan, backends);
     const hasKv = model.arch.memory === "kv";
     const newKv = (pick: (layer: number) => Backend) =>
       !hasKv ? null : new KvCache({
@@ -337,7 +343,7 @@ export class Context implements Disposable, AsyncDisposable {
     if (kv) stack.use(kv);
     const sched = stack.use(new Scheduler(backends, schedOpts));
     sched.reserve(worst(kv));
-    const ctx = new Context(model, label, { o, backends, kv, sched, taps, use });
+    const ctx = new Context(model, label, { o, choice, backends, kv, sched, taps, use });
     // Weakly, so that a forgotten context is still collected and finalized.
     use.own(ctx);
     stack.move();

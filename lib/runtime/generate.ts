@@ -17,6 +17,7 @@ import { validateGenerateOptions } from "../sample/options.ts";
 import { StreamDecoder } from "../tokenizer/mod.ts";
 import { OptionError } from "../options.ts";
 import { Context, type ContextOptions } from "./context.ts";
+import { choiceOptions } from "./backends.ts";
 
 /** Options of {@link generate}. */
 export interface GenerateOptions
@@ -221,6 +222,6 @@ function contextOptionsOf(ctx: Context): ContextOptions {
     nBatch: ctx.nBatch,
     threads: ctx.threads,
     kvType: ctx.kvType,
-    backend: ctx.backendChoice,
+    ...choiceOptions(ctx.backendChoice),
   };
 }

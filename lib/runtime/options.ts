@@ -6,14 +6,24 @@
  *
  * @module
  */
-import { checkTokenIds, OptionChecker } from "../options.ts";
+import { checkTokenIds, OptionChecker, show } from "../options.ts";
+import { backendNames, hasBackend } from "../backend/registry.ts";
 import type { Context, ContextOptions } from "./context.ts";
 import type { HParams } from "../model/hparams.ts";
 
 /** The KV cache types contexts build. */
 export const KV_TYPES = ["f16", "f32"] as const;
 
-const CONTEXT_KEYS = ["nCtx", "nBatch", "threads", "kvType", "backend", "debugTaps"] as const;
+const CONTEXT_KEYS = [
+  "nCtx",
+  "nBatch",
+  "threads",
+  "kvType",
+  "backend",
+  "backends",
+  "layerSplit",
+  "debugTaps",
+] as const;
 const INT32_MAX = 2 ** 31 - 1;
 
 /** Throws an OptionError for the first invalid field of `o` (for a model of shape `hp`). */
@@ -42,10 +52,41 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
       c.fail("backend", b, `"cpu", "ref" or { cpuLayers: 0..${hp.nLayer} }`);
     }
   }
+  checkBackends(c, hp, o);
   if (o.debugTaps !== undefined) {
     if (!Array.isArray(o.debugTaps) || o.debugTaps.some((t) => typeof t !== "string")) {
       c.fail("debugTaps", o.debugTaps, "an array of tensor names");
     }
+  }
+}
+
+// The general form: registered names, each once, and a layer split that fits.
+function checkBackends(c: OptionChecker, hp: HParams, o: ContextOptions): void {
+  const names = o.backends as unknown, split = o.layerSplit as unknown;
+  if (names === undefined) {
+    if (split !== undefined) c.fail("layerSplit", split, "only together with backends");
+    return;
+  }
+  if (o.backend !== undefined) c.fail("backends", names, "either backend or backends, not both");
+  const known = backendNames().map(show).join(", ");
+  if (!Array.isArray(names) || names.length === 0) {
+    c.fail("backends", names, `a non-empty array of backend names (${known})`);
+  }
+  names.forEach((n: unknown, i) => {
+    if (!hasBackend(n)) c.fail(`backends[${i}]`, n, `a backend name (${known})`);
+    if (names.indexOf(n) !== i) c.fail(`backends[${i}]`, n, "each backend once");
+  });
+  if (split === undefined) return;
+  const want = names.length - 1;
+  const ok = Array.isArray(split) && split.length === want &&
+    split.every((k) => typeof k === "number" && Number.isInteger(k) && k >= 0) &&
+    split.reduce((a: number, k: number) => a + k, 0) <= hp.nLayer;
+  if (!ok) {
+    c.fail(
+      "layerSplit",
+      split,
+      `${want} layer count(s), one per backend but the last, integers >= 0 summing to 0..${hp.nLayer}`,
+    );
   }
 }
 

@@ -7,17 +7,38 @@
  *
  * @module
  */
-import type { Backend } from "../backend/types.ts";
+import type { Backend, OwnedBuffer } from "../backend/types.ts";
 
-/** A stand-in for `b` that allocates nothing: for measuring a context before allocating it. */
+/**
+ * A stand-in for `b` that allocates nothing: for measuring a context before
+ * allocating it. Its buffers have a size and no memory: any transfer throws.
+ */
 export function dryBackend(b: Backend): Backend {
   return {
     name: b.name,
     supportsOp: (q) => b.supportsOp(q),
-    alloc: (size) => ({ backend: b.name, size, bytes: new Uint8Array(0), ptr: null }),
+    alloc: (size) => dryBuffer(b.name, size),
     free() {},
     compute: () => Promise.reject(new Error("a dry-run backend cannot compute")),
     [Symbol.dispose]() {},
+  };
+}
+
+function dryBuffer(backend: string, size: number): OwnedBuffer {
+  const none = (): never => {
+    throw new Error(`a dry-run ${backend} buffer of ${size} bytes holds no memory`);
+  };
+  return {
+    backend,
+    size,
+    ptr: null,
+    get bytes(): Uint8Array {
+      return none();
+    },
+    set: none,
+    get: none,
+    copy: none,
+    clear: none,
   };
 }
 

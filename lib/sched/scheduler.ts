@@ -4,6 +4,11 @@
  * reads memory another backend owns, plans one arena per backend, and runs
  * the splits in order with one `compute` call each.
  *
+ * It moves bytes (inputs in, copies between backends, outputs out) only
+ * through the buffers' own interface ({@link bufferSet}, {@link bufferCopy},
+ * {@link bufferGet}): it never reads a buffer's memory itself, so a backend
+ * whose memory the host cannot address takes part like any other.
+ *
  * @module
  */
 import type {
@@ -18,6 +23,7 @@ import type { Graph } from "../graph/graph.ts";
 import { Op } from "../graph/ops.ts";
 import { GraphError, type Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../gguf/types.ts";
+import { bufferCopy, bufferGet, bufferSet } from "../ggml/memory.ts";
 
 export type {
   Backend,
@@ -187,7 +193,11 @@ export class Scheduler implements Disposable {
         `setInput: ${t.describe()} takes ${t.nbytes} bytes, got ${data.byteLength}`,
       );
     }
-    loc.buffer.bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), loc.offset);
+    bufferSet(
+      loc.buffer,
+      loc.offset,
+      new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
+    );
   }
 
   /** Run the planned graph: per split, do its copies then one backend compute. */
@@ -196,11 +206,9 @@ export class Scheduler implements Disposable {
     if (!plan) throw new GraphError("compute: call alloc(graph) first");
     for (const s of plan.splits) {
       signal?.throwIfAborted();
+      // The destination's backend decides how (memcpy for host memory).
       for (const c of s.copies.values()) {
-        c.to.buffer.bytes.set(
-          c.from.buffer.bytes.subarray(c.from.offset, c.from.offset + c.bytes),
-          c.to.offset,
-        );
+        bufferCopy(c.to.buffer, c.to.offset, c.from.buffer, c.from.offset, c.bytes);
       }
       await s.backend.compute(s.exec, signal);
     }
@@ -212,7 +220,7 @@ export class Scheduler implements Disposable {
    */
   readBytes(t: Tensor): Uint8Array {
     const loc = this.#location(t);
-    return loc.buffer.bytes.slice(loc.offset, loc.offset + t.nbytes);
+    return bufferGet(loc.buffer, loc.offset, t.nbytes);
   }
 
   /** Values of an F32 or F16 tensor in ggml order (strides honoured), copied out. */
@@ -221,11 +229,14 @@ export class Scheduler implements Disposable {
     if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16) {
       throw new GraphError(`read: ${t.describe()} is not F32/F16`);
     }
-    const bytes = loc.buffer.bytes;
     if (t.type === GGMLType.F32 && LITTLE_ENDIAN && t.isContiguous) {
-      // One copy of the bytes, viewed as floats (logits: nVocab values per token).
-      return new Float32Array(bytes.slice(loc.offset, loc.offset + 4 * t.nelements).buffer);
+      // One copy of the bytes, straight into the floats (logits: nVocab values per token).
+      const out = new Float32Array(t.nelements);
+      bufferGet(loc.buffer, loc.offset, new Uint8Array(out.buffer));
+      return out;
     }
+    // The bytes the tensor spans, then its elements picked out by stride.
+    const bytes = bufferGet(loc.buffer, loc.offset, t.nbytes);
     const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const out = new Float32Array(t.nelements);
     const [n0, n1, n2, n3] = t.ne;
@@ -234,7 +245,7 @@ export class Scheduler implements Disposable {
     for (let i3 = 0; i3 < n3; i3++) {
       for (let i2 = 0; i2 < n2; i2++) {
         for (let i1 = 0; i1 < n1; i1++) {
-          const row = loc.offset + i3 * s3 + i2 * s2 + i1 * s1;
+          const row = i3 * s3 + i2 * s2 + i1 * s1;
           for (let i0 = 0; i0 < n0; i0++) {
             const at = row + i0 * s0;
             out[k++] = t.type === GGMLType.F32
