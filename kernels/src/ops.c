@@ -246,7 +246,9 @@ static void op_rope(const le_node *n, const le_compute_params *p) {
   FOR_MY_ROWS(d, p)
   if (i2 != last_i2) {
     const int32_t pos = *(const int32_t *)((const char *)(uintptr_t)s1->data + i2 * s1->nb[0]);
-    rope_cache((float)pos, n, ff, ne0, cache);
+    /* Only the rotated pairs: the freq factors hold n_dims/2 entries (ggml
+     * fills the cache to ne0, reading past them when n_dims < ne0). */
+    rope_cache((float)pos, n, ff, n_dims, cache);
     last_i2 = i2;
   }
   const char *x = ROW(s0, i1, i2, i3);

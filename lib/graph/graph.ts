@@ -44,6 +44,11 @@ export interface RopeOptions {
   betaSlow?: number;
   /** Write the result over `x` (ggml_rope_ext_inplace), e.g. K-shift of the cache. */
   inplace?: boolean;
+  /**
+   * Per-pair frequency divisors (ggml_rope_ext's `c`): F32 [>= nDims/2],
+   * dividing each pair's angle (phi3's rope_factors_long/short).
+   */
+  freqFactors?: Tensor;
 }
 
 /** Options of {@link Graph.softMax}. */
@@ -261,12 +266,21 @@ export class Graph {
       throw new GraphError(`rope: nDims ${o.nDims} invalid for ${x.describe()}`);
     }
     const name = "rope";
-    const t = o.inplace ? this.#inplace(Op.ROPE, name, x, [x, pos]) : this.#op(
+    const src = [x, pos];
+    const ff = o.freqFactors;
+    if (ff) {
+      this.#check(ff);
+      if (ff.type !== GGMLType.F32 || !ff.isContiguous || ff.ne[0] < o.nDims / 2) {
+        throw new GraphError(`rope: freq factors ${ff.describe()} must be F32 [>= nDims/2]`);
+      }
+      src.push(ff);
+    }
+    const t = o.inplace ? this.#inplace(Op.ROPE, name, x, src) : this.#op(
       Op.ROPE,
       name,
       x.type,
       [...x.ne] as Dims,
-      [x, pos],
+      src,
     );
     const p = t.params;
     p[RopeParam.N_DIMS] = o.nDims;

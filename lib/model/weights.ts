@@ -44,6 +44,11 @@ export class WeightMap {
     this.#file = file;
   }
 
+  /** The model file's path, for architectures' own error messages. */
+  get path(): string {
+    return this.#file.header.path;
+  }
+
   /** Every weight handed out so far, in the order asked for. */
   get refs(): readonly WeightRef[] {
     return this.#refs;

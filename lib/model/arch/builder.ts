@@ -186,9 +186,10 @@ export class GraphBuilder {
     };
   }
 
-  /** ggml_rope_ext with the model's RoPE settings. */
-  rope(x: Tensor): Tensor {
-    return this.g.rope(x, this.pos, this.hp.rope);
+  /** ggml_rope_ext with the model's RoPE settings (and per-pair frequency factors, phi3). */
+  rope(x: Tensor, freqFactors?: WeightRef): Tensor {
+    if (!freqFactors) return this.g.rope(x, this.pos, this.hp.rope);
+    return this.g.rope(x, this.pos, { ...this.hp.rope, freqFactors: this.w(freqFactors) });
   }
 
   /**

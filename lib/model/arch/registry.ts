@@ -7,6 +7,7 @@
  */
 import { ModelError } from "../hparams.ts";
 import { llama } from "./llama.ts";
+import { phi3 } from "./phi3.ts";
 import { qwen2 } from "./qwen2.ts";
 import type { Architecture } from "./types.ts";
 
@@ -14,6 +15,7 @@ import type { Architecture } from "./types.ts";
 export const ARCHITECTURES: readonly Architecture[] = [
   llama,
   qwen2,
+  phi3,
 ] as Architecture[];
 
 const BY_NAME = new Map<string, Architecture>(
