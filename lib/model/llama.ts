@@ -6,7 +6,7 @@
  * @module
  */
 import type { Graph, Tensor } from "../graph/graph.ts";
-import { GGMLType } from "../gguf/types.ts";
+import { GGMLType } from "../ggml/types.ts";
 import type { KvCache, SlotInfo } from "../kv/cache.ts";
 import type { HParams } from "./hparams.ts";
 import type { LlamaWeights, WeightLeaves } from "./weights.ts";

@@ -8,7 +8,7 @@ import { type GGUFModelFile, openGGUF } from "../gguf/mod.ts";
 import { Tokenizer } from "../tokenizer/mod.ts";
 import type { HParams } from "./hparams.ts";
 import { checkedHParams, validateModel } from "./validate.ts";
-import { validateLoadOptions } from "../runtime/options.ts";
+import { validateLoadOptions } from "./options.ts";
 import { type LlamaWeights, mapLlamaWeights } from "./weights.ts";
 
 /** Options of {@link Model.load}. */

@@ -6,7 +6,7 @@
  */
 import type { GGUFModelFile } from "../gguf/mod.ts";
 import type { Graph, Tensor } from "../graph/graph.ts";
-import { ggmlTypeName } from "../gguf/types.ts";
+import { ggmlTypeName } from "../ggml/types.ts";
 import { type HParams, ModelError } from "./hparams.ts";
 
 /** A weight as the graph needs it: where it is, its type and shape. */

@@ -16,7 +16,7 @@ import { ReferenceBackend } from "../backend/reference.ts";
 import type { Backend } from "../backend/types.ts";
 import { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
-import { GGMLType } from "../gguf/types.ts";
+import { GGMLType } from "../ggml/types.ts";
 import { BatchSplitter, type Ubatch } from "../kv/batch.ts";
 import { KvCache, N_KV_PAD, type SlotInfo, type SlotUndo } from "../kv/cache.ts";
 import { buildLlamaGraph, type LlamaGraph, type LlamaStep } from "../model/llama.ts";
