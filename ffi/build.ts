@@ -1,7 +1,6 @@
 /**
  * `deno task build`: compiles build/libllm_edge.so with the Makefile
- * (incremental: make skips up-to-date objects), and the CUDA library when
- * nvcc is present.
+ * (incremental: make skips up-to-date objects).
  *
  * @module
  */
@@ -14,8 +13,6 @@ export const REPO_ROOT: string = new URL("../", import.meta.url).protocol === "f
 
 /** Options of {@linkcode buildNative}. */
 export interface BuildOptions {
-  /** Also build kernels/cuda with nvcc when it exists (default false). */
-  cuda?: boolean;
   /** Output directory (default `<repo>/build`). */
   buildDir?: string;
   /** Print make's output (default true). */
@@ -25,9 +22,8 @@ export interface BuildOptions {
 /** Runs make for the native library; throws with make's output on failure. */
 export async function buildNative(options: BuildOptions = {}): Promise<string> {
   const buildDir = options.buildDir ?? `${REPO_ROOT}/build`;
-  const targets = options.cuda ? ["cpu", "cuda"] : ["cpu"];
   const cmd = new Deno.Command("make", {
-    args: ["-s", "-C", `${REPO_ROOT}/kernels`, `BUILD=${buildDir}`, ...targets],
+    args: ["-s", "-C", `${REPO_ROOT}/kernels`, `BUILD=${buildDir}`, "cpu"],
     stdout: "piped",
     stderr: "piped",
   });
@@ -49,6 +45,6 @@ export async function buildNative(options: BuildOptions = {}): Promise<string> {
 }
 
 if (import.meta.main) {
-  const lib = await buildNative({ cuda: Deno.args.includes("--cuda") });
+  const lib = await buildNative();
   console.log(`built ${lib}`);
 }

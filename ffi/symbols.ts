@@ -44,6 +44,9 @@ export type LlmEdgeSymbols = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 /** ABI version this TypeScript expects (`LE_ABI_VERSION`). */
 export const ABI_VERSION = 2;
 
+/** `LE_MAX_THREADS`: the most threads a native context runs (le_ctx_new refuses more). */
+export const MAX_THREADS = 512;
+
 /** `LE_CANCELLED`: le_graph_compute's result after le_ctx_cancel. */
 export const LE_CANCELLED = -6;
 

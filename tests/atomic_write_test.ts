@@ -9,7 +9,7 @@ import { quantizeModel } from "../lib/quant/quantize.ts";
 import { convertLlama2c } from "../lib/gguf/llama2c.ts";
 import { writeGGUFFile } from "../lib/gguf/writer.ts";
 import { readGGUF } from "../lib/gguf/reader.ts";
-import { GGMLType } from "../lib/gguf/types.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 import { NotAFileError, SameFileError, writeBytesAtomic } from "../lib/fs/atomic.ts";
 import { Model } from "../lib/model/model.ts";
 import { TOLSTOY_F32 } from "./oracle/models.ts";

@@ -29,7 +29,7 @@ import {
   HostBuffer,
 } from "../lib/ggml/memory.ts";
 import { mapFile } from "../lib/gguf/mmap.ts";
-import { GGMLType } from "../lib/gguf/types.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 import { KvCache } from "../lib/kv/cache.ts";
 import { Model } from "../lib/model/model.ts";
 import { OptionError } from "../lib/options.ts";

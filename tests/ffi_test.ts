@@ -8,12 +8,12 @@ import {
   locateLibrary,
   NativeLibraryError,
 } from "../ffi/library.ts";
-import { ABI_VERSION } from "../ffi/symbols.ts";
+import { ABI_VERSION, LE_CANCELLED, MAX_THREADS } from "../ffi/symbols.ts";
 import { mapFile, MapFileError } from "../lib/gguf/mmap.ts";
 import { CpuBackend, NativeComputeError } from "../lib/backend/cpu.ts";
 import { NodeValidationError } from "../lib/backend/validate.ts";
-import { Op } from "../lib/graph/ops.ts";
-import { GGMLType } from "../lib/gguf/types.ts";
+import { MAX_PARAMS, MAX_SRC, Op } from "../lib/graph/ops.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 import type { ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
 import type { BackendBuffer } from "../lib/backend/types.ts";
 
@@ -26,6 +26,29 @@ Deno.test("library is found, opened and reports its ABI", () => {
   const f = lib.symbols.le_cpu_features();
   assert.ok(f >= 0 && f < 8);
   assert.equal(locateLibrary({ envPath: lib.path }), lib.path);
+});
+
+Deno.test("the header's constants and op codes are the ones TypeScript uses", async () => {
+  // One value each, defined in C: TypeScript's copies are checked here.
+  const h = await Deno.readTextFile(new URL("../kernels/include/llm_edge.h", import.meta.url));
+  const define = (name: string) => {
+    const m = new RegExp(`^#define ${name} \\(?(-?\\d+)\\)?`, "m").exec(h);
+    assert.ok(m, `${name} not defined in llm_edge.h`);
+    return Number(m[1]);
+  };
+  assert.equal(define("LE_ABI_VERSION"), ABI_VERSION);
+  assert.equal(define("LE_MAX_THREADS"), MAX_THREADS);
+  assert.equal(define("LE_CANCELLED"), LE_CANCELLED);
+  assert.equal(define("LE_MAX_SRC"), MAX_SRC);
+  assert.equal(define("LE_MAX_PARAMS"), MAX_PARAMS);
+  const body = /enum le_op \{([^}]*)\}/.exec(h)![1];
+  const ops = Object.fromEntries(
+    [...body.matchAll(/LE_OP_(\w+) = (\d+)/g)].map((m) => [m[1], Number(m[2])]),
+  );
+  assert.deepEqual(ops, Op);
+  // le_ctx_new refuses one thread more than the shared limit
+  assert.equal(lib.symbols.le_ctx_new(MAX_THREADS + 1), null);
+  assert.match(lib.lastError(), new RegExp(`outside 1\\.\\.${MAX_THREADS}`));
 });
 
 Deno.test("a missing library gives an Error that says what to run", () => {

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { CompiledGrammar, GrammarState } from "../lib/grammar/matcher.ts";
 import { GrammarError, GrammarMatchError } from "../lib/grammar/errors.ts";
 import { GrammarSyntaxError, parseGrammar } from "../lib/grammar/parser.ts";
-import { GrammarSampler } from "../lib/grammar/sampler.ts";
+import { GrammarSampler } from "../lib/sample/grammar.ts";
 import { TokenCandidates } from "../lib/sample/candidates.ts";
 import { loadOracle } from "./oracle/oracle.ts";
 import { loadSamplingOracle } from "./oracle/oracle_sample.ts";

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { CompiledGrammar, GrammarState } from "../lib/grammar/matcher.ts";
 import { GrammarSyntaxError, parseGrammar } from "../lib/grammar/parser.ts";
-import { GrammarSampler, type GrammarVocabIndex } from "../lib/grammar/sampler.ts";
+import { GrammarSampler, type GrammarVocabIndex } from "../lib/sample/grammar.ts";
 import { loadOracle } from "./oracle/oracle.ts";
 import { loadSamplingOracle } from "./oracle/oracle_sample.ts";
 import { mutate, rand, walk } from "./grammar_walk.ts";

@@ -5,7 +5,7 @@ import { planArena, planGraph } from "../lib/graph/alloc.ts";
 import { Graph } from "../lib/graph/graph.ts";
 import { bitsF32, Op, RopeParam } from "../lib/graph/ops.ts";
 import { GraphError } from "../lib/graph/tensor.ts";
-import { GGMLType } from "../lib/gguf/types.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 
 const host = (size: number): BackendBuffer => ({
   backend: "host",

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ggmlTypeName } from "../lib/gguf/mod.ts";
+import { ggmlTypeName } from "../lib/ggml/types.ts";
 import type { InspectReport } from "../lib/cli/inspect.ts";
 import { loadOracle } from "./oracle/oracle.ts";
 import { oracleReadGGUF } from "./oracle/oracle_gguf.ts";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 // deno-lint-ignore no-import-prefix -- deno.json (lead-owned) has no import map entry for ajv
 import { Ajv } from "npm:ajv@8.17.1";
 import { type JsonSchema, jsonSchemaToGrammar } from "../lib/grammar/json_schema.ts";
-import { GrammarSampler, GrammarVocabIndex } from "../lib/grammar/sampler.ts";
+import { GrammarSampler, GrammarVocabIndex } from "../lib/sample/grammar.ts";
 import { SamplerChain } from "../lib/sample/chain.ts";
 import { DistSampler, TopKSampler } from "../lib/sample/samplers.ts";
 import { loadOracle } from "./oracle/oracle.ts";

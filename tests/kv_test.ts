@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import type { Backend, BackendBuffer, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
 import { Graph } from "../lib/graph/graph.ts";
 import { Op } from "../lib/graph/ops.ts";
-import { GGMLType } from "../lib/gguf/types.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 import { type Batch, BatchSplitter, type Ubatch } from "../lib/kv/batch.ts";
 import { KvCache, type KvCacheOptions, SwaType } from "../lib/kv/cache.ts";
 import { RecurrentState } from "../lib/kv/recurrent.ts";

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { Model, ModelError } from "../mod.ts";
 import { type GGUFKV, GGUFValueType, openGGUF, writeGGUFFile } from "../lib/gguf/mod.ts";
 import type { GGUFWriteTensor } from "../lib/gguf/writer.ts";
-import { GGMLType } from "../lib/gguf/types.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 import { writeRandomLlama } from "../lib/model/random.ts";
 
 const DIR = Deno.makeTempDirSync({ prefix: "llm-edge-validate-" });

@@ -3,18 +3,12 @@
 // tolerance at every SIMD level this CPU has.
 import assert from "node:assert/strict";
 import { f32Bits, Op, RopeMode } from "../lib/graph/ops.ts";
-import { GGMLType, ggmlTypeInfo } from "../lib/gguf/types.ts";
+import { GGMLType, ggmlTypeInfo } from "../lib/ggml/types.ts";
 import type { Backend, Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
 import { ReferenceBackend } from "../lib/backend/reference.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
-import {
-  DEQUANT,
-  f32ToBf16,
-  f32ToFp16,
-  fp16ToF32,
-  QUANT_REF,
-  quantizeQ8_0Act,
-} from "../lib/backend/ref_quants.ts";
+import { f32ToBf16, f32ToFp16, fp16ToF32 } from "../lib/ggml/half.ts";
+import { DEQUANT, QUANT_REF, quantizeQ8_0Act } from "../lib/ggml/ref_quants.ts";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
 import { mulberry32 as rng } from "./rng.ts";
@@ -371,35 +365,6 @@ Deno.test("cpu results are bit-identical for 1, 2 and 3 threads", async () => {
     assert.deepEqual(outs[1][i], outs[0][i], `${CASES[i].name}: 2 threads differ from 1`);
     assert.deepEqual(outs[2][i], outs[0][i], `${CASES[i].name}: 3 threads differ from 1`);
   }
-});
-
-Deno.test("f16 conversion is round-to-nearest-even and bit-exact with C", () => {
-  // independent facts about IEEE half
-  assert.equal(f32ToFp16(1), 0x3c00);
-  assert.equal(f32ToFp16(65504), 0x7bff);
-  assert.equal(f32ToFp16(65520), 0x7c00);
-  assert.equal(f32ToFp16(2 ** -24), 0x0001);
-  assert.equal(f32ToFp16(2 ** -25), 0x0000); // tie to even
-  assert.equal(f32ToFp16(3 * 2 ** -25), 0x0002); // tie to even
-  assert.equal(f32ToFp16(1 + 2 ** -11), 0x3c00); // tie to even
-  assert.equal(f32ToFp16(1 + 3 * 2 ** -11), 0x3c02);
-  const r = rng(7);
-  const xs = new Float32Array(4096);
-  for (let i = 0; i < xs.length; i++) xs[i] = (r() - 0.5) * 2 ** Math.floor(r() * 40 - 30);
-  xs.set([0, -0, 2 ** -24, 2 ** -25, 65504, 65520, 1e9, -1e-9, 6.1e-5, 1 + 2 ** -11]);
-  for (const level of [SimdLevel.SCALAR, SimdLevel.BEST]) {
-    lib.symbols.le_set_simd_level(level);
-    const h = new Uint16Array(xs.length);
-    assert.equal(lib.symbols.le_quantize_row(F16, xs, h, BigInt(xs.length)), 0);
-    for (let i = 0; i < xs.length; i++) assert.equal(h[i], f32ToFp16(xs[i]), `x=${xs[i]}`);
-    const all = new Uint16Array(65536).map((_, i) => i);
-    const back = new Float32Array(65536);
-    assert.equal(lib.symbols.le_dequantize_row(F16, all, back, 65536n), 0);
-    for (let i = 0; i < 65536; i++) {
-      if (!Number.isNaN(back[i])) assert.equal(back[i], fp16ToF32(i));
-    }
-  }
-  lib.symbols.le_set_simd_level(SimdLevel.BEST);
 });
 
 Deno.test("quantizers match llama.cpp reference semantics bit-exactly", () => {

@@ -27,7 +27,8 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { GGMLType, readGGUF } from "../lib/gguf/mod.ts";
+import { readGGUF } from "../lib/gguf/mod.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 import { Model } from "../lib/model/model.ts";
 import { writeRandomLlama } from "../lib/model/random.ts";
 import { Context } from "../lib/runtime/context.ts";

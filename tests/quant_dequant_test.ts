@@ -9,8 +9,8 @@ import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
 import { openGGUF } from "../lib/gguf/mod.ts";
-import { GGMLType, ggmlTypeInfo, ggmlTypeName } from "../lib/gguf/types.ts";
-import { DEQUANT, QUANT_REF } from "../lib/backend/ref_quants.ts";
+import { GGMLType, ggmlTypeInfo, ggmlTypeName } from "../lib/ggml/types.ts";
+import { DEQUANT, QUANT_REF } from "../lib/ggml/ref_quants.ts";
 import { loadOracleQuant } from "./oracle/oracle_quant.ts";
 import { llamaQuantized } from "./quant_util.ts";
 

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { CpuBackend } from "../lib/backend/cpu.ts";
 import { Graph } from "../lib/graph/graph.ts";
-import { GGMLType } from "../lib/gguf/types.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 import { KvCache } from "../lib/kv/cache.ts";
 import { Scheduler } from "../lib/sched/scheduler.ts";
 

@@ -12,8 +12,9 @@ import type {
 import { ReferenceBackend } from "../lib/backend/reference.ts";
 import { Graph } from "../lib/graph/graph.ts";
 import { bitsF32, Op } from "../lib/graph/ops.ts";
-import { GGMLType } from "../lib/gguf/types.ts";
-import { halfToFloat, Scheduler } from "../lib/sched/scheduler.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
+import { Scheduler } from "../lib/sched/scheduler.ts";
+import { fp16ToF32 } from "../lib/ggml/half.ts";
 
 // ---- a tiny test-only backend (F32 math in TS) ---------------------------
 
@@ -29,7 +30,7 @@ function getter(t: ResolvedTensor): (i0: number, i1: number, i2: number, i3: num
     return (a, c, d, e) => dv.getInt32(o + a * s0 + c * s1 + d * s2 + e * s3, true);
   }
   if (t.type === GGMLType.F16) {
-    return (a, c, d, e) => halfToFloat(dv.getUint16(o + a * s0 + c * s1 + d * s2 + e * s3, true));
+    return (a, c, d, e) => fp16ToF32(dv.getUint16(o + a * s0 + c * s1 + d * s2 + e * s3, true));
   }
   throw new Error(`mini backend: type ${t.type}`);
 }

@@ -6,7 +6,7 @@
 import { readGGUF } from "../lib/gguf/mod.ts";
 import { Tokenizer } from "../lib/tokenizer/mod.ts";
 import { loadOracle } from "./oracle/oracle.ts";
-import { benchText, type EncodeSpeed, measure } from "../lib/tokenizer/bench.ts";
+import { benchText, type EncodeSpeed, measure } from "../bench/tokenizer.ts";
 import { loadTokenizer, TOLSTOY, VOCAB_DIR } from "./tokenizer_util.ts";
 
 /** One model's result. */

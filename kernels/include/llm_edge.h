@@ -26,7 +26,9 @@ extern "C" {
 #define LE_ABI_VERSION 2
 
 /* ---- ops -------------------------------------------------------------- */
-/* Semantics are ggml's (see lib/graph/ops.ts for the TypeScript side). */
+/* Semantics are ggml's. Which types and shapes each op accepts is decided in
+ * TypeScript, by the op table of lib/graph/ops.ts; le_graph_compute only
+ * asserts what keeps its own dispatch from crashing. */
 enum le_op {
   LE_OP_NONE = 0,
   LE_OP_GET_ROWS = 1,  /* dst[:, i] = dequant(src0[:, src1[i]]); src1 I32 */
@@ -42,8 +44,6 @@ enum le_op {
   LE_OP_SCALE = 11,    /* params f32[0] = s, f32[1] = bias (dst = x*s + b) */
   LE_OP_NORM = 12,     /* layer norm without affine; params f32[0] = eps */
   LE_OP_GELU = 13,
-  LE_OP_SSM_CONV = 14, /* reserved for Mamba */
-  LE_OP_SSM_SCAN = 15, /* reserved for Mamba */
   LE_OP_COUNT
 };
 
@@ -55,6 +55,9 @@ enum le_op {
 #define LE_MAX_DIMS 4
 #define LE_MAX_SRC 3
 #define LE_MAX_PARAMS 16
+/* Most threads a context runs (le_ctx_new refuses more). ffi/symbols.ts
+ * mirrors it as MAX_THREADS; tests/ffi_test.ts compares the two. */
+#define LE_MAX_THREADS 512
 
 /* One tensor as the kernels see it: 80 bytes, little-endian. */
 typedef struct le_tensor {

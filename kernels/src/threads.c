@@ -320,8 +320,8 @@ static void *le_worker_main(void *arg) {
 }
 
 le_ctx *le_ctx_new(int32_t n_threads) {
-  if (n_threads < 1 || n_threads > 512) {
-    le_set_error("le_ctx_new: thread count %d outside 1..512", n_threads);
+  if (n_threads < 1 || n_threads > LE_MAX_THREADS) {
+    le_set_error("le_ctx_new: thread count %d outside 1..%d", n_threads, LE_MAX_THREADS);
     return NULL;
   }
   le_ctx *ctx = calloc(1, sizeof *ctx);

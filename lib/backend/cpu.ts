@@ -6,12 +6,18 @@
  *
  * @module
  */
-import { MAX_PARAMS } from "../graph/ops.ts";
+import { MAX_PARAMS, opSupported } from "../graph/ops.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
 import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
-import { opSupported, validateNode } from "./validate.ts";
+import { validateNode } from "./validate.ts";
 import { loadLibrary, loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
-import { LE_CANCELLED, NODE_BYTES, NodeLayout as L, TENSOR_BYTES } from "../../ffi/symbols.ts";
+import {
+  LE_CANCELLED,
+  MAX_THREADS,
+  NODE_BYTES,
+  NodeLayout as L,
+  TENSOR_BYTES,
+} from "../../ffi/symbols.ts";
 import { address, cString, detachNative, nativeBytes, setAddress } from "../../ffi/pointers.ts";
 
 /** Options of {@linkcode CpuBackend}. */
@@ -143,8 +149,8 @@ export class CpuBackend implements Backend {
   constructor(options: CpuBackendOptions = {}) {
     const lib = options.library ?? loadLibrarySync();
     const t = options.threads ?? physicalCores();
-    if (!Number.isInteger(t) || t < 1 || t > 512) {
-      throw new RangeError(`threads ${t} outside 1..512`);
+    if (!Number.isInteger(t) || t < 1 || t > MAX_THREADS) {
+      throw new RangeError(`threads ${t} outside 1..${MAX_THREADS}`);
     }
     this.threads = t;
     const ctx = lib.symbols.le_ctx_new(t);

@@ -9,21 +9,12 @@
  *
  * @module
  */
-import { bitsF32, Op } from "../graph/ops.ts";
-import { GGMLType, ggmlTypeInfo } from "../gguf/types.ts";
+import { bitsF32, Op, opSupported } from "../graph/ops.ts";
+import { GGMLType, ggmlTypeInfo, vecDotType } from "../ggml/types.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
-import {
-  bf16ToF32,
-  DEQUANT,
-  f32ToBf16,
-  f32ToFp16,
-  fp16ToF32,
-  QUANT_REF,
-  quantizeQ8_0Act,
-  roundActivations,
-  vecDotType,
-} from "./ref_quants.ts";
-import { opSupported, validateNode } from "./validate.ts";
+import { bf16ToF32, f32ToBf16, f32ToFp16, fp16ToF32 } from "../ggml/half.ts";
+import { DEQUANT, QUANT_REF, quantizeQ8_0Act, roundActivations } from "../ggml/ref_quants.ts";
+import { validateNode } from "./validate.ts";
 import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 
 const { F32, F16, BF16, I32, Q8_0 } = GGMLType;

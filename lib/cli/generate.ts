@@ -16,6 +16,7 @@
  */
 import { fileURLToPath } from "node:url";
 import { flag, runCommand, UsageError } from "./args.ts";
+import { MAX_THREADS } from "../../ffi/symbols.ts";
 
 /** The embedded default model, used when --model is not given. */
 export const DEFAULT_MODEL: string = fileURLToPath(
@@ -57,7 +58,7 @@ export const GENERATE_FLAGS = {
   threads: flag.int({
     short: "t",
     min: 1,
-    max: 512,
+    max: MAX_THREADS,
     defaultText: "physical cores",
     description: "CPU threads",
   }),

@@ -6,8 +6,8 @@
  * @module
  */
 import { flag, runCommand } from "./args.ts";
+import { ggmlTypeName } from "../ggml/types.ts";
 import {
-  ggmlTypeName,
   type GGUFArray,
   type GGUFHeader,
   type GGUFKV,

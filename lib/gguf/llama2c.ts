@@ -10,7 +10,7 @@
  * @module
  */
 import { type GGUFKV, GGUFValueType } from "./header.ts";
-import { GGMLType } from "./types.ts";
+import { GGMLType } from "../ggml/types.ts";
 import { type GGUFWriteTensor, writeGGUFFile } from "./writer.ts";
 import { assertDistinctFiles, assertRegularFile } from "../fs/atomic.ts";
 

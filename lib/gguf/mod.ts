@@ -1,6 +1,6 @@
 /**
  * GGUF files: reading and validating headers, mapping tensor data, writing,
- * split files, and the ggml type table.
+ * and split files. (The ggml type table is lib/ggml/types.ts.)
  *
  * @module
  */
@@ -28,7 +28,6 @@ export {
 } from "./reader.ts";
 export { GGUFModelFile, openGGUF, SPLIT_KEYS, splitPath } from "./model_file.ts";
 export type { MappedFile } from "./mmap.ts";
-export type { BackendBuffer } from "../ggml/memory.ts";
 export {
   type EncodedHeader,
   encodeGGUFHeader,
@@ -38,4 +37,3 @@ export {
   writeGGUF,
   writeGGUFFile,
 } from "./writer.ts";
-export * from "./types.ts";

@@ -55,7 +55,12 @@ export class GGUFModelFile implements Disposable {
     return this.#maps[t.split].bytes.subarray(t.fileOffset, t.fileOffset + t.size);
   }
 
-  /** Where the tensor lives, for the graph: the mapped file's buffer and the offset in it. */
+  /**
+   * Where the tensor lives, for the graph: the mapped file's buffer and the
+   * offset in it. Engine plumbing (model weights), not public API.
+   *
+   * @internal
+   */
   tensorRef(name: string): { buffer: MappedFile; offset: number } {
     const t = this.#info(name);
     return { buffer: this.#maps[t.split], offset: t.fileOffset };

@@ -22,7 +22,7 @@ import {
   GGUFValueType,
   valueSize,
 } from "./header.ts";
-import { ggmlTypeInfo } from "./types.ts";
+import { ggmlTypeInfo } from "../ggml/types.ts";
 import { assertRegularFile } from "../fs/atomic.ts";
 
 /** "GGUF" read as a little-endian u32. */

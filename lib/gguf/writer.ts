@@ -13,7 +13,7 @@ import {
   valueSize,
 } from "./header.ts";
 import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC } from "./reader.ts";
-import { ggmlTypeInfo } from "./types.ts";
+import { rowSize } from "../ggml/types.ts";
 import { type AtomicWriteOptions, writeAll, writeFileAtomic } from "../fs/atomic.ts";
 
 /** A tensor to write; `data` may be produced lazily (one tensor in memory at a time). */
@@ -155,17 +155,11 @@ function writeArray(s: Sink, a: GGUFArray, key: string): void {
   }
 }
 
-/** Size in bytes of a tensor's data, from the ggml type table. */
+/** Size in bytes of a tensor's data, from the ggml type table (RangeError for a partial block). */
 export function tensorDataSize(type: number, ne: number[]): number {
-  const t = ggmlTypeInfo(type);
-  if (!t) throw new RangeError(`unknown ggml type id ${type}`);
-  const n = ne.reduce((a, b) => a * b, 1);
-  if (ne[0] % t.blockSize !== 0) {
-    throw new RangeError(
-      `row of ${ne[0]} is not a multiple of ${t.name} block size ${t.blockSize}`,
-    );
-  }
-  return (n / t.blockSize) * t.typeSize;
+  // A whole number of blocks per row makes the element count one too.
+  const rows = ne.slice(1).reduce((a, b) => a * b, 1);
+  return rowSize(type, ne[0]) * rows;
 }
 
 /** Encodes the header (through the padding before the data section). */

@@ -1,26 +1,21 @@
 /**
- * The graph builder: ggml-like methods that create {@link Tensor} nodes with
- * ggml's shape rules, and `expand()` which appends nodes in dependency-first
- * order (ggml_build_forward_expand), so side effects such as a copy into the
- * KV cache run before later reads of the same cache.
+ * The graph builder: ggml-like methods that create {@link Tensor} nodes, and
+ * `expand()` which appends nodes in dependency-first order
+ * (ggml_build_forward_expand), so side effects such as a copy into the KV
+ * cache run before later reads of the same cache. Every op node is checked
+ * against the op table of ./ops.ts, the rules the backends validate again
+ * before a kernel runs, so a graph no kernel can execute fails where it is
+ * built; the builder itself adds only what ggml's API asserts beyond that.
  *
  * @module
  */
 import type { BufferRef, Dims } from "../ggml/memory.ts";
-import { GGMLType } from "../gguf/types.ts";
-import { f32Bits, Op, RopeMode, RopeParam } from "./ops.ts";
+import { GGMLType } from "../ggml/types.ts";
+import { f32Bits, Op, opViolation, RopeMode, RopeParam } from "./ops.ts";
 
 export type { BufferRef, Dims } from "../ggml/memory.ts";
 export { Tensor } from "./tensor.ts";
-import {
-  contiguousStrides,
-  dims,
-  GraphError,
-  isContiguousN,
-  sameShape,
-  spanBytes,
-  Tensor,
-} from "./tensor.ts";
+import { contiguousStrides, dims, GraphError, spanBytes, Tensor } from "./tensor.ts";
 
 /** Options of {@link Graph.rope} (ggml_rope_ext arguments). */
 export interface RopeOptions {
@@ -60,8 +55,6 @@ export interface SoftMaxOptions {
   /** ALiBi max bias (needs a mask). Default 0. */
   maxBias?: number;
 }
-
-const FLOAT_TYPES: ReadonlySet<number> = new Set([GGMLType.F32, GGMLType.F16]);
 
 /** An ops DAG under construction. */
 export class Graph {
@@ -154,6 +147,18 @@ export class Graph {
     return this.#make({ name, type, ne, nb: contiguousStrides(type, ne), kind: "op", op, src });
   }
 
+  // The op table's verdict on node t (params already set), as a GraphError
+  // naming the builder call `what`. A copy's exec sources omit its dst view.
+  #ruled(what: string, t: Tensor): Tensor {
+    const src = t.op === Op.CPY ? t.src.slice(0, 1) : t.src;
+    const why = opViolation(t.op, t, src, t.params);
+    if (why) {
+      const args = src.map((s) => s.describe()).join(", ");
+      throw new GraphError(`${what}: ${why} (${args} -> ${t.describe()})`);
+    }
+    return t;
+  }
+
   // Result aliases x's storage (ggml_view_tensor + op): in-place ops.
   #inplace(op: Op, name: string, x: Tensor, src: Tensor[]): Tensor {
     if (x.root.kind === "weight") throw new GraphError(`${name}: cannot write weight ${x.name}`);
@@ -173,31 +178,16 @@ export class Graph {
   /** Rows `ids` (I32 [n, ne2 of a, ne3 of a]) of `a`, dequantized to F32. */
   getRows(a: Tensor, ids: Tensor): Tensor {
     this.#check(a), this.#check(ids);
-    if (
-      ids.type !== GGMLType.I32 || a.ne[2] !== ids.ne[1] || a.ne[3] !== ids.ne[2] || ids.ne[3] !== 1
-    ) {
-      throw new GraphError(`getRows: bad shapes ${a.describe()} ${ids.describe()}`);
-    }
-    const type = a.type === GGMLType.I32 ? GGMLType.I32 : GGMLType.F32;
-    return this.#op(
-      Op.GET_ROWS,
-      "get_rows",
-      type,
-      [a.ne[0], ids.ne[0], ids.ne[1], ids.ne[2]],
-      [
-        a,
-        ids,
-      ],
-    );
+    const ne: Dims = [a.ne[0], ids.ne[0], ids.ne[1], ids.ne[2]];
+    return this.#ruled("getRows", this.#op(Op.GET_ROWS, "get_rows", GGMLType.F32, ne, [a, ids]));
   }
 
   #norm(op: Op, what: string, x: Tensor, eps: number): Tensor {
     this.#check(x);
-    if (x.type !== GGMLType.F32) throw new GraphError(`${what}: needs F32, got ${x.describe()}`);
     if (!(eps >= 0)) throw new GraphError(`${what}: bad eps ${eps}`);
     const t = this.#op(op, what, x.type, [...x.ne] as Dims, [x]);
     t.params[0] = f32Bits(eps);
-    return t;
+    return this.#ruled(what, t);
   }
 
   /** x / sqrt(mean(x²) + eps) over ne0 (no affine part; multiply by the weight after). */
@@ -212,13 +202,7 @@ export class Graph {
 
   #binary(op: Op, what: string, a: Tensor, b: Tensor): Tensor {
     this.#check(a), this.#check(b);
-    if (!canRepeat(b, a)) {
-      throw new GraphError(`${what}: ${b.describe()} does not broadcast onto ${a.describe()}`);
-    }
-    if (!FLOAT_TYPES.has(a.type) || !FLOAT_TYPES.has(b.type)) {
-      throw new GraphError(`${what}: needs F32/F16 operands, got ${a.describe()} ${b.describe()}`);
-    }
-    return this.#op(op, what, a.type, [...a.ne] as Dims, [a, b]);
+    return this.#ruled(what, this.#op(op, what, a.type, [...a.ne] as Dims, [a, b]));
   }
 
   /** a * b elementwise, b broadcast over a (ggml_can_repeat). */
@@ -234,36 +218,22 @@ export class Graph {
   /** ggml_mul_mat: [a.ne1, b.ne1, b.ne2, b.ne3] = a^T b, contracted over ne0; F32 result. */
   mulMat(a: Tensor, b: Tensor): Tensor {
     this.#check(a), this.#check(b);
-    if (a.ne[0] !== b.ne[0] || b.ne[2] % a.ne[2] !== 0 || b.ne[3] % a.ne[3] !== 0) {
-      throw new GraphError(`mulMat: cannot multiply ${a.describe()} by ${b.describe()}`);
-    }
-    if (a.nb[0] > a.nb[1]) throw new GraphError(`mulMat: ${a.describe()} is transposed`);
-    return this.#op(Op.MUL_MAT, "mul_mat", GGMLType.F32, [
-      a.ne[1],
-      b.ne[1],
-      b.ne[2],
-      b.ne[3],
-    ], [
-      a,
-      b,
-    ]);
+    const ne: Dims = [a.ne[1], b.ne[1], b.ne[2], b.ne[3]];
+    return this.#ruled("mulMat", this.#op(Op.MUL_MAT, "mul_mat", GGMLType.F32, ne, [a, b]));
   }
 
   /** Rotary embedding of x [headDim, nHead, nTokens, 1] at I32 positions `pos` [nTokens]. */
   rope(x: Tensor, pos: Tensor, o: RopeOptions): Tensor {
     this.#check(x), this.#check(pos);
     const mode = o.mode ?? RopeMode.NORMAL;
-    if (
-      pos.type !== GGMLType.I32 || pos.ne[1] * pos.ne[2] * pos.ne[3] !== 1 || pos.ne[0] !== x.ne[2]
-    ) {
+    // ggml_rope asserts exactly one position per row of x; the kernels
+    // would read only the first ne[2] of a longer vector.
+    if (pos.ne[1] * pos.ne[2] * pos.ne[3] !== 1 || pos.ne[0] !== x.ne[2]) {
       throw new GraphError(`rope: positions ${pos.describe()} do not match ${x.describe()}`);
     }
-    if (!FLOAT_TYPES.has(x.type)) throw new GraphError(`rope: needs F32/F16, got ${x.describe()}`);
-    if (mode !== RopeMode.NORMAL && mode !== RopeMode.NEOX) {
-      throw new GraphError(`rope: mode ${mode}`);
-    }
-    if (!Number.isInteger(o.nDims) || o.nDims <= 0 || o.nDims % 2 || o.nDims > x.ne[0]) {
-      throw new GraphError(`rope: nDims ${o.nDims} invalid for ${x.describe()}`);
+    // The table sees params as int32 slots, where 2.5 would pass as 2.
+    if (!Number.isInteger(o.nDims) || !Number.isInteger(mode)) {
+      throw new GraphError(`rope: nDims ${o.nDims} and mode ${mode} must be integers`);
     }
     const name = "rope";
     const src = [x, pos];
@@ -292,41 +262,30 @@ export class Graph {
     p[RopeParam.ATTN_FACTOR] = f32Bits(o.attnFactor ?? 1);
     p[RopeParam.BETA_FAST] = f32Bits(o.betaFast ?? 32);
     p[RopeParam.BETA_SLOW] = f32Bits(o.betaSlow ?? 1);
-    return t;
+    return this.#ruled(name, t);
   }
 
   /** softmax(x*scale + mask) over ne0 (ggml_soft_max_ext). */
   softMax(x: Tensor, o: SoftMaxOptions = {}): Tensor {
     this.#check(x);
-    if (x.type !== GGMLType.F32 || !x.isContiguous) {
-      throw new GraphError(`softMax: needs contiguous F32, got ${x.describe()}`);
-    }
-    const src = [x];
     const m = o.mask;
-    if (m) {
-      this.#check(m);
-      if (
-        !FLOAT_TYPES.has(m.type) || !m.isContiguous || m.ne[0] !== x.ne[0] || m.ne[1] < x.ne[1] ||
-        x.ne[2] % m.ne[2] !== 0 || x.ne[3] % m.ne[3] !== 0
-      ) {
-        throw new GraphError(`softMax: mask ${m.describe()} does not fit ${x.describe()}`);
+    // ggml_soft_max_ext asserts whole-tensor contiguity; the kernels need only packed rows.
+    for (const [what, t] of [["input", x], ["mask", m]] as const) {
+      if (t && !t.isContiguous) {
+        throw new GraphError(`softMax: ${what} ${t.describe()} is not contiguous`);
       }
-      src.push(m);
     }
     const maxBias = o.maxBias ?? 0;
     if (maxBias > 0 && !m) throw new GraphError(`softMax: maxBias needs a mask`);
-    const t = this.#op(Op.SOFT_MAX, "soft_max", x.type, [...x.ne] as Dims, src);
+    const t = this.#op(Op.SOFT_MAX, "soft_max", x.type, [...x.ne] as Dims, m ? [x, m] : [x]);
     t.params[0] = f32Bits(o.scale ?? 1);
     t.params[1] = f32Bits(maxBias);
-    return t;
+    return this.#ruled("softMax", t);
   }
 
   #unary(op: Op, what: string, x: Tensor): Tensor {
     this.#check(x);
-    if (!FLOAT_TYPES.has(x.type) || !isContiguousN(x, 1)) {
-      throw new GraphError(`${what}: needs F32/F16 with contiguous rows, got ${x.describe()}`);
-    }
-    return this.#op(op, what, x.type, [...x.ne] as Dims, [x]);
+    return this.#ruled(what, this.#op(op, what, x.type, [...x.ne] as Dims, [x]));
   }
 
   /** x * sigmoid(x). */
@@ -342,24 +301,15 @@ export class Graph {
   /** silu(a) * b (ggml_swiglu_split): same shape and type. */
   swiglu(a: Tensor, b: Tensor): Tensor {
     this.#check(a), this.#check(b);
-    if (!sameShape(a, b) || a.type !== b.type || !isContiguousN(a, 1) || !isContiguousN(b, 1)) {
-      throw new GraphError(
-        `swiglu: ${a.describe()} and ${b.describe()} must match with contiguous rows`,
-      );
-    }
-    if (!FLOAT_TYPES.has(a.type)) {
-      throw new GraphError(`swiglu: needs F32/F16, got ${a.describe()}`);
-    }
-    return this.#op(Op.SWIGLU, "swiglu", a.type, [...a.ne] as Dims, [a, b]);
+    return this.#ruled("swiglu", this.#op(Op.SWIGLU, "swiglu", a.type, [...a.ne] as Dims, [a, b]));
   }
 
   /** x * s. */
   scale(x: Tensor, s: number): Tensor {
     this.#check(x);
-    if (!FLOAT_TYPES.has(x.type)) throw new GraphError(`scale: needs F32/F16, got ${x.describe()}`);
     const t = this.#op(Op.SCALE, "scale", x.type, [...x.ne] as Dims, [x]);
     t.params[0] = f32Bits(s);
-    return t;
+    return this.#ruled("scale", t);
   }
 
   /**
@@ -368,20 +318,14 @@ export class Graph {
    */
   cpy(a: Tensor, dst: Tensor): Tensor {
     this.#check(a), this.#check(dst);
-    if (a.nelements !== dst.nelements) {
-      throw new GraphError(`cpy: ${a.describe()} and ${dst.describe()} differ in element count`);
-    }
-    return this.#inplace(Op.CPY, `cpy->${dst.root.name}`, dst, [a, dst]);
+    return this.#ruled("cpy", this.#inplace(Op.CPY, `cpy->${dst.root.name}`, dst, [a, dst]));
   }
 
   /** A packed copy of x, optionally with a new shape of the same element count. */
   cont(x: Tensor, shape?: readonly number[]): Tensor {
     this.#check(x);
     const ne = shape ? dims(shape) : [...x.ne] as Dims;
-    if (ne[0] * ne[1] * ne[2] * ne[3] !== x.nelements) {
-      throw new GraphError(`cont: ${x.describe()} cannot become [${ne}]`);
-    }
-    return this.#op(Op.CPY, "cont", x.type, ne, [x]);
+    return this.#ruled("cont", this.#op(Op.CPY, "cont", x.type, ne, [x]));
   }
 
   /**
@@ -521,12 +465,6 @@ export class Graph {
     t.isOutput = true;
     if (!this.outputs.includes(t)) this.outputs.push(t);
   }
-}
-
-/** ggml_can_repeat(b, a): b's dims divide a's. */
-export function canRepeat(b: Tensor, a: Tensor): boolean {
-  if (b.nelements === 0) return a.nelements === 0;
-  return a.ne.every((n, i) => b.ne[i] > 0 && n % b.ne[i] === 0);
 }
 
 // Strides for dims 1.. given (ggml view style); nb0 is the type size and

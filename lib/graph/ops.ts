@@ -1,9 +1,16 @@
 /**
- * Op codes shared by the graph builder, the scheduler and every backend.
- * The numbers are the ABI of kernels/include/llm_edge.h (`enum le_op`).
+ * Op codes shared by the graph builder, the scheduler and every backend, and
+ * the one table of each op's rules: how many sources it takes, which types
+ * the kernels implement, and its shape and stride rule. The graph builder
+ * checks every node it makes against the table, and so does the backends'
+ * validateNode before a kernel runs; the C side (kernels/src/ops.c) trusts
+ * that and keeps only asserts against crashes.
+ * The op numbers are the ABI of kernels/include/llm_edge.h (`enum le_op`).
  *
  * @module
  */
+import type { Dims } from "../ggml/memory.ts";
+import { GGMLType, ggmlTypeInfo, ggmlTypeName, vecDotType } from "../ggml/types.ts";
 
 /** Graph op codes (values equal `enum le_op` in the C ABI). */
 export const Op = {
@@ -21,8 +28,6 @@ export const Op = {
   SCALE: 11,
   NORM: 12,
   GELU: 13,
-  SSM_CONV: 14,
-  SSM_SCAN: 15,
 } as const;
 
 /** A graph op code. */
@@ -62,4 +67,224 @@ export function f32Bits(x: number): number {
 export function bitsF32(bits: number): number {
   i32[0] = bits;
   return f32[0];
+}
+
+const { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, I32 } =
+  GGMLType;
+
+/** Types whose rows the kernels can read (dequantize / multiply). */
+export const COMPUTE_TYPES: readonly number[] = [
+  F32,
+  F16,
+  BF16,
+  Q8_0,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q2_K,
+  Q3_K,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+];
+
+/**
+ * Types a CPY may write: the K-quants' search-based quantizers exist only in
+ * C, so the reference backend could not mirror a copy into them.
+ */
+export const CPY_DST_TYPES: readonly number[] = [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1];
+
+const FLOAT_TYPES: readonly number[] = [F32, F16, BF16];
+
+/** What an op rule sees of a tensor: graph tensors and resolved backend tensors both fit. */
+export interface Operand {
+  /** ggml type id. */
+  readonly type: number;
+  /** Elements per dimension. */
+  readonly ne: Dims;
+  /** Byte strides. */
+  readonly nb: Dims;
+}
+
+/** The rules of one op, for nodes as the kernels execute them (dst = op(src...)). */
+interface OpRule {
+  /** Fewest and most sources. */
+  readonly src: readonly [number, number];
+  /** Whether the kernels implement this dst type and these source types. */
+  types(dst: number, src: readonly number[]): boolean;
+  /** The broken shape or stride rule, or undefined; runs only after `types` passed. */
+  layout?(d: Operand, src: readonly Operand[], params: Int32Array): string | undefined;
+}
+
+const typeSize = (type: number) => ggmlTypeInfo(type)!.typeSize;
+const sameShape = (a: Operand, b: Operand) =>
+  a.ne[0] === b.ne[0] && a.ne[1] === b.ne[1] && a.ne[2] === b.ne[2] && a.ne[3] === b.ne[3];
+// Packed elements along dim 0 (what every kernel's inner loop assumes).
+const rowsOf = (t: Operand, type: number) => t.type === type && t.nb[0] === typeSize(type);
+const nel = (t: Operand) => t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+const f32Rows = (...ts: Operand[]) => ts.every((t) => rowsOf(t, F32));
+
+// Unary ops over F32 rows; SOFT_MAX adds an optional mask.
+const UNARY: OpRule = {
+  src: [1, 1],
+  types: (d, [s0]) => s0 === F32 && d === F32,
+  layout: (d, [a]) =>
+    !f32Rows(a, d)
+      ? "rows must be contiguous F32"
+      : !sameShape(a, d)
+      ? "dst must be shaped like src0"
+      : undefined,
+};
+
+const BINARY: OpRule = {
+  src: [2, 2],
+  types: (d, [s0, s1]) => s0 === F32 && s1 === F32 && d === F32,
+  layout(d, [a, b]) {
+    if (!f32Rows(a, b, d)) return "rows must be contiguous F32";
+    if (!sameShape(a, d)) return "dst must be shaped like src0";
+    for (let i = 0; i < 4; i++) {
+      if (!(b.ne[i] > 0 && a.ne[i] % b.ne[i] === 0)) {
+        return `src1 does not broadcast onto src0 (ne[${i}] ${b.ne[i]} must divide ${a.ne[i]})`;
+      }
+    }
+  },
+};
+
+/** Every op's rules, by op code (a code missing here is not an op). */
+const OP_RULES: Readonly<Record<number, OpRule>> = {
+  [Op.NONE]: { src: [0, 3], types: () => true },
+  [Op.GET_ROWS]: {
+    src: [2, 2],
+    types: (d, [s0, s1]) => COMPUTE_TYPES.includes(s0) && s1 === I32 && d === F32,
+    layout(d, [a, b]) {
+      if (!rowsOf(d, F32)) return "dst rows must be contiguous F32";
+      if (!(rowsOf(b, I32) || b.ne[0] <= 1)) return "ids must be contiguous I32";
+      if (
+        !(d.ne[0] === a.ne[0] && d.ne[1] === b.ne[0] && d.ne[2] === b.ne[1] &&
+          d.ne[3] === b.ne[2] && a.ne[2] === b.ne[1] && a.ne[3] === b.ne[2] && b.ne[3] === 1)
+      ) return "shapes: dst [a0, b0, b1, b2] with a2 = b1, a3 = b2";
+      if (a.nb[0] !== typeSize(a.type)) return "src0 rows must be contiguous";
+    },
+  },
+  [Op.RMS_NORM]: UNARY,
+  [Op.MUL]: BINARY,
+  [Op.ADD]: BINARY,
+  [Op.MUL_MAT]: {
+    src: [2, 2],
+    types: (d, [s0, s1]) => COMPUTE_TYPES.includes(s0) && s1 === F32 && d === F32,
+    layout(d, [a, b]) {
+      if (vecDotType(a.type) === undefined) return "src0 type cannot be multiplied";
+      if (a.nb[0] !== typeSize(a.type)) return "src0 rows must be contiguous";
+      if (b.nb[0] !== 4 || d.nb[0] !== 4) return "src1 and dst need nb[0] = 4";
+      if (
+        !(a.ne[0] === b.ne[0] && d.ne[0] === a.ne[1] && d.ne[1] === b.ne[1] &&
+          d.ne[2] === b.ne[2] && d.ne[3] === b.ne[3])
+      ) return "cannot multiply: shapes must be a [K, M, ..], b [K, N, ..], dst [M, N, ..]";
+      if (!(a.ne[2] > 0 && a.ne[3] > 0 && b.ne[2] % a.ne[2] === 0 && b.ne[3] % a.ne[3] === 0)) {
+        return "cannot multiply: src1 dims 2,3 must be multiples of src0's (broadcast)";
+      }
+    },
+  },
+  [Op.ROPE]: {
+    src: [2, 3],
+    types: (d, [s0, s1]) => (s0 === F32 || s0 === F16) && s1 === I32 && d === s0,
+    layout(d, [a, b, ff], params) {
+      const nd = params[RopeParam.N_DIMS], mode = params[RopeParam.MODE];
+      const ts = typeSize(a.type);
+      if (!(a.nb[0] === ts && d.nb[0] === ts && sameShape(a, d))) {
+        return "src0/dst same shape, contiguous rows";
+      }
+      if (!(rowsOf(b, I32) && b.ne[0] >= a.ne[2])) {
+        return "positions: contiguous I32, one per ne[2]";
+      }
+      if (!(nd > 0 && nd % 2 === 0 && nd <= a.ne[0])) {
+        return `nDims ${nd} must be even and in 1..ne0 (${a.ne[0]})`;
+      }
+      if (mode !== RopeMode.NORMAL && mode !== RopeMode.NEOX) {
+        return "mode must be 0 (normal) or 2 (neox)";
+      }
+      if (ff && !(rowsOf(ff, F32) && ff.ne[0] >= nd / 2)) return "freq factors: F32 [n_dims/2]";
+    },
+  },
+  [Op.SOFT_MAX]: {
+    src: [1, 2],
+    types: (d, [s0, s1]) =>
+      s0 === F32 && d === F32 && (s1 === undefined || s1 === F32 || s1 === F16),
+    layout(d, [a, m], params) {
+      const base = UNARY.layout!(d, [a], params);
+      if (base || !m) return base;
+      if (m.nb[0] !== typeSize(m.type)) return "mask rows must be contiguous";
+      if (!(m.ne[0] === a.ne[0] && m.ne[1] >= a.ne[1])) return "mask must be [ne0, >= ne1, ..]";
+      if (!(m.ne[2] > 0 && m.ne[3] > 0 && a.ne[2] % m.ne[2] === 0 && a.ne[3] % m.ne[3] === 0)) {
+        return "mask dims 2,3 must divide src0's";
+      }
+    },
+  },
+  [Op.SILU]: UNARY,
+  [Op.SWIGLU]: {
+    src: [2, 2],
+    types: BINARY.types,
+    layout: (d, [a, b]) =>
+      !f32Rows(a, b, d)
+        ? "rows must be contiguous F32"
+        : !(sameShape(a, d) && sameShape(b, d))
+        ? "all three tensors must share a shape"
+        : undefined,
+  },
+  [Op.CPY]: {
+    src: [1, 1],
+    types: (d, [s0]) => FLOAT_TYPES.includes(s0) && CPY_DST_TYPES.includes(d),
+    layout(d, [a]) {
+      if (nel(a) !== nel(d)) return "element counts differ";
+      if (ggmlTypeInfo(d.type)!.blockSize > 1) {
+        if (!(sameShape(a, d) && rowsOf(a, F32))) {
+          return "quantizing copy: same shape, contiguous F32 src";
+        }
+        if (d.nb[0] !== typeSize(d.type)) return "quantized dst rows must be contiguous";
+      }
+    },
+  },
+  [Op.SCALE]: UNARY,
+  [Op.NORM]: UNARY,
+  [Op.GELU]: UNARY,
+};
+
+/** Fewest and most sources of `op`, or undefined when `op` is no op. */
+export function opSources(op: number): readonly [number, number] | undefined {
+  return OP_RULES[op]?.src;
+}
+
+/**
+ * Whether the kernels implement `op` with these types (both the CPU and the
+ * reference backend answer supportsOp with this).
+ */
+export function opSupported(
+  q: { readonly op: number; readonly dstType: number; readonly srcTypes: readonly number[] },
+): boolean {
+  return OP_RULES[q.op]?.types(q.dstType, q.srcTypes) ?? false;
+}
+
+/**
+ * The first rule of `op` that dst = op(src...) breaks (source count, types,
+ * shapes and strides), or undefined when it keeps them all. Tensors must
+ * already be known-typed four-dimensional shapes; buffers are not looked at.
+ */
+export function opViolation(
+  op: number,
+  d: Operand,
+  src: readonly Operand[],
+  params: Int32Array,
+): string | undefined {
+  const rule = OP_RULES[op];
+  if (!rule) return "unsupported op";
+  const [lo, hi] = rule.src;
+  if (src.length < lo || src.length > hi) return `takes ${lo}..${hi} sources, got ${src.length}`;
+  const srcTypes = src.map((s) => s.type);
+  if (!rule.types(d.type, srcTypes)) {
+    return `types not supported: dst ${ggmlTypeName(d.type)}, src ${
+      srcTypes.map(ggmlTypeName).join(",")
+    }`;
+  }
+  return rule.layout?.(d, src, params);
 }

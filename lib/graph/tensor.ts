@@ -7,8 +7,8 @@
  *
  * @module
  */
-import type { BufferRef, Dims } from "../ggml/memory.ts";
-import { ggmlTypeInfo, ggmlTypeName } from "../gguf/types.ts";
+import { type BufferRef, byteExtent, type Dims, packedStrides } from "../ggml/memory.ts";
+import { ggmlTypeInfo, ggmlTypeName } from "../ggml/types.ts";
 import { MAX_PARAMS, Op } from "./ops.ts";
 
 export type { BufferRef, Dims } from "../ggml/memory.ts";
@@ -43,36 +43,21 @@ export function typeFacts(type: number): { blockSize: number; typeSize: number }
   return t;
 }
 
-/** Bytes of a row of `n` elements (ggml_row_size). */
-export function rowSize(type: number, n: number): number {
-  const { blockSize, typeSize } = typeFacts(type);
-  if (n % blockSize !== 0) {
-    throw new GraphError(
-      `row of ${n} elements is not a multiple of ${ggmlTypeName(type)} block ${blockSize}`,
-    );
-  }
-  return (n / blockSize) * typeSize;
-}
-
-/** Contiguous strides of shape `ne` (ggml_new_tensor). */
+/** Contiguous strides of shape `ne` (ggml_new_tensor); GraphError for a partial block. */
 export function contiguousStrides(type: number, ne: Dims): Dims {
-  const { blockSize, typeSize } = typeFacts(type);
-  if (ne[0] % blockSize !== 0) {
+  const t = typeFacts(type);
+  if (ne[0] % t.blockSize !== 0) {
     throw new GraphError(
-      `ne0=${ne[0]} is not a multiple of ${ggmlTypeName(type)} block size ${blockSize}`,
+      `ne0=${ne[0]} is not a multiple of ${ggmlTypeName(type)} block size ${t.blockSize}`,
     );
   }
-  const nb1 = (ne[0] / blockSize) * typeSize;
-  return [typeSize, nb1, nb1 * ne[1], nb1 * ne[1] * ne[2]];
+  return packedStrides(t, ne);
 }
 
-/** Bytes spanned by a tensor with these strides (ggml_nbytes). */
+/** Bytes spanned by a tensor with these strides (ggml_nbytes for packed rows). */
 export function spanBytes(type: number, ne: Dims, nb: Dims): number {
   if (ne.some((n) => n <= 0)) return 0;
-  const { blockSize, typeSize } = typeFacts(type);
-  let bytes = blockSize === 1 ? typeSize : (ne[0] * nb[0]) / blockSize;
-  for (let i = blockSize === 1 ? 0 : 1; i < 4; i++) bytes += (ne[i] - 1) * nb[i];
-  return bytes;
+  return byteExtent(typeFacts(type), ne, nb);
 }
 
 /** Normalise a 1..4 element shape to four dims. */
@@ -199,9 +184,4 @@ export function isContiguousN(t: { type: number; ne: Dims; nb: Dims }, n: number
     }
   }
   return true;
-}
-
-/** Whether `a` and `b` have the same shape. */
-export function sameShape(a: Tensor, b: Tensor): boolean {
-  return a.ne.every((n, i) => n === b.ne[i]);
 }

@@ -8,12 +8,12 @@
  *
  * @module
  */
-import type { Backend, BackendBuffer, BufferRef } from "../backend/types.ts";
+import type { BackendBuffer, BufferAllocator, BufferRef } from "../ggml/memory.ts";
 import { alignUp } from "../graph/alloc.ts";
 import { bufferClear } from "../ggml/memory.ts";
 import type { Graph } from "../graph/graph.ts";
-import { rowSize, type Tensor } from "../graph/tensor.ts";
-import { GGMLType } from "../gguf/types.ts";
+import type { Tensor } from "../graph/tensor.ts";
+import { GGMLType, rowSize } from "../ggml/types.ts";
 import type { Ubatch } from "./batch.ts";
 import { type CellsSnapshot, checkSeq, KvCells, KvError } from "./cells.ts";
 import { isMaskedSwa, SwaType } from "./swa.ts";
@@ -21,18 +21,9 @@ import { fillKqMask, type MaskOptions } from "./mask.ts";
 import { applyDefragMoves, type DefragMove, planDefragMoves } from "./defrag.ts";
 import { KvTensors, type LayerStore } from "./tensors.ts";
 
-export { floatToHalf, isMaskedSwa, SwaType } from "./swa.ts";
+export { isMaskedSwa, SwaType } from "./swa.ts";
 export type { MaskOptions } from "./mask.ts";
 export type { DefragMove } from "./defrag.ts";
-
-export type {
-  Backend,
-  BackendBuffer,
-  BufferRef,
-  ExecNode,
-  OpQuery,
-  ResolvedTensor,
-} from "../backend/types.ts";
 
 /** llama.cpp pads the attended window to a multiple of this (get_n_kv). */
 export const N_KV_PAD = 256;
@@ -64,7 +55,7 @@ export interface KvCacheOptions {
   /** Sliding window kind. Default NONE. */
   swaType?: SwaType;
   /** Where each layer's K and V live: one backend or one per layer. */
-  backend: Backend | ((layer: number) => Backend);
+  backend: BufferAllocator | ((layer: number) => BufferAllocator);
 }
 
 /** Cells chosen for the tokens of a ubatch, in token order. */
@@ -112,7 +103,7 @@ export class KvCache implements Disposable {
   /** Sliding window kind. */
   readonly swaType: SwaType;
   #layers: LayerStore[] = [];
-  #buffers: Array<[Backend, BackendBuffer]> = [];
+  #buffers: Array<[BufferAllocator, BackendBuffer]> = [];
   #tensors = new KvTensors(this);
 
   /** Allocate the per-layer K/V storage (zero-filled) and empty cells. */
@@ -139,10 +130,10 @@ export class KvCache implements Disposable {
       throw new KvError("KvCache: a transposed V cache must be F16 or F32");
     }
     this.cells = new KvCells(this.size);
-    const pick = typeof o.backend === "function" ? o.backend : () => o.backend as Backend;
+    const pick = typeof o.backend === "function" ? o.backend : () => o.backend as BufferAllocator;
     const kBytes = alignUp(rowSize(this.typeK, this.nEmbdKGqa) * this.size, 64);
     const vBytes = alignUp(rowSize(this.typeV, this.nEmbdVGqa) * this.size, 64);
-    const groups = new Map<Backend, number[]>();
+    const groups = new Map<BufferAllocator, number[]>();
     for (let il = 0; il < this.nLayer; il++) {
       const b = pick(il);
       if (!groups.has(b)) groups.set(b, []);

@@ -5,7 +5,8 @@
  * @module
  */
 import type { Graph } from "../graph/graph.ts";
-import { rowSize, type Tensor } from "../graph/tensor.ts";
+import type { Tensor } from "../graph/tensor.ts";
+import { rowSize } from "../ggml/types.ts";
 import type { KvCache } from "./cache.ts";
 import type { KvCells } from "./cells.ts";
 

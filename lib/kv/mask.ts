@@ -7,7 +7,8 @@
  */
 import type { Ubatch } from "./batch.ts";
 import { type KvCells, KvError } from "./cells.ts";
-import { floatToHalf, isMaskedSwa, SwaType } from "./swa.ts";
+import { f32ToFp16 } from "../ggml/half.ts";
+import { isMaskedSwa, SwaType } from "./swa.ts";
 
 /** Options of {@link KvCache.fillMask}. */
 export interface MaskOptions {
@@ -60,7 +61,7 @@ export function fillKqMask(
         !(window.swaType !== SwaType.NONE && isMaskedSwa(window.nSwa, window.swaType, p0, p1))
       ) {
         const a = o.alibi ? -Math.abs(p0 - p1) : 0;
-        v = half ? floatToHalf(a) : a;
+        v = half ? f32ToFp16(a) : a;
       }
       out[row + j] = v;
     }

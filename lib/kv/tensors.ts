@@ -6,9 +6,10 @@
  *
  * @module
  */
-import type { BufferRef } from "../backend/types.ts";
+import type { BufferRef } from "../ggml/memory.ts";
+import { rowSize } from "../ggml/types.ts";
 import type { Graph } from "../graph/graph.ts";
-import { rowSize, type Tensor } from "../graph/tensor.ts";
+import type { Tensor } from "../graph/tensor.ts";
 import type { SlotInfo } from "./cache.ts";
 import { KvError } from "./cells.ts";
 

@@ -8,7 +8,7 @@ import { type GGUFModelFile, openGGUF } from "../gguf/mod.ts";
 import { Tokenizer } from "../tokenizer/mod.ts";
 import type { HParams } from "./hparams.ts";
 import { checkedHParams, validateModel } from "./validate.ts";
-import { validateLoadOptions } from "../runtime/options.ts";
+import { validateLoadOptions } from "./options.ts";
 import { WeightMap, type WeightRef } from "./weights.ts";
 import type { Architecture } from "./arch/types.ts";
 
@@ -94,9 +94,15 @@ export class Model implements Disposable, AsyncDisposable {
   readonly file: GGUFModelFile;
   /** Hyper-parameters. */
   readonly hparams: HParams;
-  /** The architecture that builds this model's graphs. */
+  /**
+   * The architecture that builds this model's graphs (`hparams.arch` names it).
+   * @internal
+   */
   readonly arch: Architecture;
-  /** The architecture's weight record (its build() reads it). */
+  /**
+   * The architecture's weight record (its build() reads it).
+   * @internal
+   */
   readonly weights: unknown;
   /** Every weight the graph reads, with its role. */
   readonly weightRefs: readonly WeightRef[];

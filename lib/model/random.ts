@@ -15,8 +15,9 @@ import {
   readGGUF,
   writeGGUFFile,
 } from "../gguf/mod.ts";
-import { GGMLType, rowBytes } from "../gguf/types.ts";
-import { f32ToFp16, QUANT_REF } from "../backend/ref_quants.ts";
+import { GGMLType, rowSize } from "../ggml/types.ts";
+import { f32ToFp16 } from "../ggml/half.ts";
+import { QUANT_REF } from "../ggml/ref_quants.ts";
 
 /** Shape and content of {@link writeRandomLlama}'s model. */
 export interface RandomLlamaOptions {
@@ -89,7 +90,7 @@ function encodeRows(type: number, values: Float32Array, rowLen: number): Uint8Ar
     return new Uint8Array(out.buffer);
   }
   const q = QUANT_REF.get(type)!;
-  const rb = rowBytes(type, rowLen);
+  const rb = rowSize(type, rowLen);
   const out = new Uint8Array(rb * nRows);
   for (let r = 0; r < nRows; r++) {
     q(values.subarray(r * rowLen, (r + 1) * rowLen), out.subarray(r * rb, (r + 1) * rb));

@@ -10,10 +10,9 @@
  * @module
  */
 import type { GGUFHeader, GGUFModelFile } from "../gguf/mod.ts";
-import { GGMLType, ggmlTypeInfo, ggmlTypeName } from "../gguf/types.ts";
-import { Op } from "../graph/ops.ts";
-import { COMPUTE_TYPES, opSupported } from "../backend/validate.ts";
-import { DEQUANT } from "../backend/ref_quants.ts";
+import { GGMLType, ggmlTypeInfo, ggmlTypeName } from "../ggml/types.ts";
+import { COMPUTE_TYPES, Op, opSupported } from "../graph/ops.ts";
+import { DEQUANT } from "../ggml/ref_quants.ts";
 import { type HParams, ModelError, normEpsKey, readHParams } from "./hparams.ts";
 import type { WeightRef, WeightRole } from "./weights.ts";
 import { architecture } from "./arch/registry.ts";

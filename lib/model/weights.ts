@@ -9,7 +9,7 @@
  */
 import type { GGUFModelFile } from "../gguf/mod.ts";
 import type { Graph, Tensor } from "../graph/graph.ts";
-import { ggmlTypeName } from "../gguf/types.ts";
+import { ggmlTypeName } from "../ggml/types.ts";
 import { ModelError } from "./hparams.ts";
 
 /**

@@ -10,10 +10,10 @@ import { loadLibrary } from "../../ffi/library.ts";
 import { GGUFValueType } from "../gguf/header.ts";
 import type { GGUFKV } from "../gguf/header.ts";
 import { openGGUF, SPLIT_KEYS } from "../gguf/mod.ts";
-import { ggmlTypeInfo, ggmlTypeName } from "../gguf/types.ts";
+import { ggmlTypeInfo, ggmlTypeName, rowSize } from "../ggml/types.ts";
 import { writeGGUFFile } from "../gguf/writer.ts";
 import { assertDistinctFiles } from "../fs/atomic.ts";
-import { DEQUANT } from "../backend/ref_quants.ts";
+import { DEQUANT } from "../ggml/ref_quants.ts";
 import { QUANT_PRESETS, type QuantPreset, TypeChooser } from "./rules.ts";
 
 /** Raised for unusable quantize requests (unknown preset, unsupported source type). */
@@ -153,8 +153,7 @@ function convert(
   const dq = DEQUANT.get(from);
   if (!dq) throw new QuantizeError(`${name}: cannot read source type ${fi.name}`);
   const rowLen = ne[0], nRows = ne.reduce((a, b) => a * b, 1) / rowLen;
-  const inRow = (rowLen / fi.blockSize) * fi.typeSize,
-    outRow = (rowLen / ti.blockSize) * ti.typeSize;
+  const inRow = rowSize(from, rowLen), outRow = rowSize(to, rowLen);
   const out = new Uint8Array(nRows * outRow);
   const rowsPer = Math.max(1, Math.floor(MAX_CHUNK_ELEMS / rowLen));
   const f32 = new Float32Array(Math.min(nRows, rowsPer) * rowLen);

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { GGMLType, ggmlTypeInfo } from "../gguf/types.ts";
+import { GGMLType, ggmlTypeInfo } from "../ggml/types.ts";
 
 /** A quantization preset: llama_ftype value and the type most tensors get. */
 export interface QuantPreset {

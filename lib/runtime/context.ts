@@ -14,7 +14,7 @@
 import type { Backend } from "../backend/types.ts";
 import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
-import { GGMLType } from "../gguf/types.ts";
+import { GGMLType } from "../ggml/types.ts";
 import { BatchSplitter, type Ubatch } from "../kv/batch.ts";
 import { KvCache, N_KV_PAD, type SlotInfo, type SlotUndo } from "../kv/cache.ts";
 import { attachToModel, type Model, type ModelUse } from "../model/model.ts";

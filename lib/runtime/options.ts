@@ -1,13 +1,15 @@
 /**
- * Checks of the options {@link Context.create}, {@link Context.decode} and
- * {@link Model.load} take, run at the top of each so that a bad value is an
+ * Checks of the options {@link Context.create} and {@link Context.decode}
+ * take, run at the top of each so that a bad value is an
  * {@link OptionError} naming it instead of a silent default (`kvType:
- * "q8_0"` built as f16) or a failure deep inside the graph.
+ * "q8_0"` built as f16) or a failure deep inside the graph. Model.load's
+ * checks are lib/model/options.ts: a model does not depend on the runtime.
  *
  * @module
  */
 import { checkTokenIds, OptionChecker, show } from "../options.ts";
 import { backendNames, hasBackend } from "../backend/registry.ts";
+import { MAX_THREADS } from "../../ffi/symbols.ts";
 import type { Context, ContextOptions } from "./context.ts";
 import type { HParams } from "../model/hparams.ts";
 
@@ -33,7 +35,7 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
   if (!o) return;
   c.int("nCtx", o.nCtx, 1, INT32_MAX);
   c.int("nBatch", o.nBatch, 1, INT32_MAX);
-  c.int("threads", o.threads, 1, 512);
+  c.int("threads", o.threads, 1, MAX_THREADS);
   if (o.kvType !== undefined && !(KV_TYPES as readonly unknown[]).includes(o.kvType)) {
     // q8_0/q4_0 caches need a non-transposed V, i.e. flash attention, which
     // the graph does not have yet; building them as f16 would hide that.
@@ -103,17 +105,4 @@ export function validateDecode(
     c.fail("signal", opts.signal, "an AbortSignal");
   }
   checkTokenIds("Context.decode", tokens, ctx.model.hparams.nVocab);
-}
-
-/** What {@link Model.load} checks: metadata, types and shapes; "data" also scans weights. */
-export const LOAD_VALIDATE = ["metadata", "data"] as const;
-
-/** Throws an OptionError for invalid {@link Model.load} options. */
-export function validateLoadOptions(path: unknown, o: unknown): void {
-  const c = new OptionChecker("Model.load");
-  if (typeof path !== "string" || path === "") c.fail("path", path, "a file path");
-  c.object(o, ["onProgress", "validate"]);
-  const opts = o as { onProgress?: unknown; validate?: unknown } | undefined;
-  c.fn("onProgress", opts?.onProgress);
-  c.oneOf("validate", opts?.validate, LOAD_VALIDATE);
 }

@@ -24,7 +24,7 @@ import {
   TopPSampler,
   TypicalSampler,
 } from "./samplers.ts";
-import { GrammarSampler, type GrammarVocabIndex } from "../grammar/sampler.ts";
+import { GrammarSampler, type GrammarVocabIndex } from "./grammar.ts";
 import { GrammarMatchError } from "../grammar/errors.ts";
 import { SamplingError, validateSamplingOptions } from "./options.ts";
 

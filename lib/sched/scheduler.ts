@@ -22,7 +22,8 @@ import { ARENA_ALIGN, type Lifetime, planArena } from "../graph/alloc.ts";
 import type { Graph } from "../graph/graph.ts";
 import { Op } from "../graph/ops.ts";
 import { GraphError, type Tensor } from "../graph/tensor.ts";
-import { GGMLType } from "../gguf/types.ts";
+import { GGMLType } from "../ggml/types.ts";
+import { fp16ToF32 } from "../ggml/half.ts";
 import { bufferCopy, bufferGet, bufferSet } from "../ggml/memory.ts";
 
 export type {
@@ -250,7 +251,7 @@ export class Scheduler implements Disposable {
             const at = row + i0 * s0;
             out[k++] = t.type === GGMLType.F32
               ? dv.getFloat32(at, true)
-              : halfToFloat(dv.getUint16(at, true));
+              : fp16ToF32(dv.getUint16(at, true));
           }
         }
       }
@@ -516,14 +517,4 @@ function isCopy(k: Tensor | Copy): k is Copy {
 // The operands a backend sees: a copy's destination is the node itself.
 function execSrc(n: Tensor): readonly Tensor[] {
   return n.op === Op.CPY ? n.src.slice(0, 1) : n.src;
-}
-
-/** IEEE half bits to a number. */
-export function halfToFloat(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const m = h & 0x3ff;
-  if (e === 0) return s * m * 2 ** -24;
-  if (e === 31) return m ? NaN : s * Infinity;
-  return s * (1 + m / 1024) * 2 ** (e - 15);
 }

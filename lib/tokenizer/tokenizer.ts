@@ -44,7 +44,12 @@ const EMPTY = new Uint8Array(0);
 
 /** A tokenizer built from a GGUF vocabulary. */
 export class Tokenizer {
-  /** The vocabulary with llama.cpp's derived state. */
+  /**
+   * The vocabulary with llama.cpp's derived state, for the engine and tests;
+   * users have the accessors below.
+   *
+   * @internal
+   */
   readonly vocab: Vocab;
   readonly #bpe: BpeEncoder | null;
   readonly #spm: SpmEncoder | null;

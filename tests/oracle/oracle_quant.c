@@ -1,5 +1,5 @@
 /* ggml's own (de)quantizers from libggml-base, for bit-exactness tests of
- * lib/backend/ref_quants.ts and the kernels' to_float / reference quantizers. */
+ * lib/ggml/ref_quants.ts and the kernels' to_float / reference quantizers. */
 #define _GNU_SOURCE /* RTLD_* */
 #include <dlfcn.h>
 #include <stdint.h>

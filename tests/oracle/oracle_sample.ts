@@ -307,7 +307,7 @@ async function chainCost(
   rounds: number,
 ): Promise<CostPair> {
   const { samplerChainFromOptions } = await import("../../lib/sample/chain.ts");
-  const { measureChainCost } = await import("../../lib/sample/bench.ts");
+  const { measureChainCost } = await import("../../bench/sample.ts");
   const logits = lcgLogits(n);
   const ours = samplerChainFromOptions({ nVocab: n, seed: 1, repeatPenalty: 1.1 });
   using ref = sampling.chain(DEFAULT_SPECS, n);
@@ -337,8 +337,8 @@ export async function compareSamplingCost(opts: {
   rounds?: number;
 } = {}): Promise<SamplingCost> {
   const { loadOracle } = await import("./oracle.ts");
-  const { GrammarSampler } = await import("../../lib/grammar/sampler.ts");
-  const { measureGrammarCost } = await import("../../lib/sample/bench.ts");
+  const { GrammarSampler } = await import("../../lib/sample/grammar.ts");
+  const { measureGrammarCost } = await import("../../bench/sample.ts");
   const root = new URL("../../", import.meta.url);
   const modelPath = opts.modelPath ??
     new URL("../shared/fixtures/models/llama-2-tiny-random.gguf", root).pathname;

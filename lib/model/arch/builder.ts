@@ -10,7 +10,7 @@
  * @module
  */
 import type { Graph, Tensor } from "../../graph/graph.ts";
-import { GGMLType } from "../../gguf/types.ts";
+import { GGMLType } from "../../ggml/types.ts";
 import type { KvCache } from "../../kv/cache.ts";
 import type { HParams } from "../hparams.ts";
 import type { WeightLeaves, WeightRef } from "../weights.ts";

@@ -5,13 +5,10 @@
  *
  * @module
  */
-import { fp16ToF32 } from "./ref_quants.ts";
+import { fp16ToF32 } from "./half.ts";
 
 const fr = Math.fround;
 const QK_K = 256;
-
-/** Bytes of one super-block per K-quant type name. */
-export const K_BLOCK_BYTES = { q2_K: 84, q3_K: 110, q4_K: 144, q5_K: 176, q6_K: 210, q8_K: 292 };
 
 /** 6-bit scale and min of group j from q4_K/q5_K's 12 packed bytes at `o`. */
 function scaleMinK4(v: DataView, o: number, j: number): [number, number] {

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import type { Tokenizer } from "./tokenizer.ts";
+import type { Tokenizer } from "../lib/tokenizer/tokenizer.ts";
 
 /** One measurement. */
 export interface EncodeSpeed {

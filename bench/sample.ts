@@ -4,9 +4,9 @@
  *
  * @module
  */
-import { TokenCandidates } from "./candidates.ts";
-import type { SamplerChain } from "./chain.ts";
-import type { GrammarSampler } from "../grammar/sampler.ts";
+import { TokenCandidates } from "../lib/sample/candidates.ts";
+import type { SamplerChain } from "../lib/sample/chain.ts";
+import type { GrammarSampler } from "../lib/sample/grammar.ts";
 
 /**
  * Mean nanoseconds per chain application (candidates rebuilt each time, as

@@ -1,7 +1,8 @@
 /**
  * The ggml tensor type table: every type llama.cpp knows, with its block size
  * and bytes per block, so files holding types we cannot compute are still
- * described by name.
+ * described by name. It sits in lib/ggml, the bottom layer, because GGUF
+ * files, graphs, backends, quantizers and the KV cache all size rows with it.
  *
  * @module
  */
@@ -121,8 +122,11 @@ export function ggmlTypeName(id: number): string {
   return BY_ID.get(id)?.name ?? `type${id}`;
 }
 
-/** Bytes that a row of `n` elements of type `id` takes (n must be a multiple of the block size). */
-export function rowBytes(id: number, n: number): number {
+/**
+ * Bytes that a row of `n` elements of type `id` takes (ggml_row_size); `n`
+ * must be a multiple of the block size. Throws RangeError otherwise.
+ */
+export function rowSize(id: number, n: number): number {
   const t = BY_ID.get(id);
   if (!t) throw new RangeError(`unknown ggml type ${id}`);
   if (n % t.blockSize !== 0) {
@@ -131,4 +135,32 @@ export function rowBytes(id: number, n: number): number {
     );
   }
   return (n / t.blockSize) * t.typeSize;
+}
+
+/**
+ * The type mul_mat converts f32 activations to for weights of `type`
+ * (ggml's vec_dot_type), or undefined when the type cannot be multiplied.
+ */
+export function vecDotType(type: number): number | undefined {
+  switch (type) {
+    case GGMLType.F32:
+    case GGMLType.F16:
+    case GGMLType.BF16:
+    case GGMLType.Q8_0:
+      return type;
+    case GGMLType.Q4_0:
+    case GGMLType.Q5_0:
+      return GGMLType.Q8_0;
+    case GGMLType.Q4_1:
+    case GGMLType.Q5_1:
+      return GGMLType.Q8_1;
+    case GGMLType.Q2_K:
+    case GGMLType.Q3_K:
+    case GGMLType.Q4_K:
+    case GGMLType.Q5_K:
+    case GGMLType.Q6_K:
+      return GGMLType.Q8_K;
+    default:
+      return undefined;
+  }
 }

@@ -1,60 +1,20 @@
 /**
- * Pure-TypeScript conversions for the reference backend: f16/bf16 bit
- * conversions, row dequantizers, and llama.cpp's quantizers (reference and
- * the CPU activation variant), with f32 arithmetic emulated through
- * Math.fround so results are bit-identical to the C kernels.
+ * ggml's row dequantizers and llama.cpp's quantizers (reference and the CPU
+ * activation variant) in pure TypeScript, with f32 arithmetic emulated
+ * through Math.fround so results are bit-identical to the C kernels. The
+ * reference backend computes with them; model checks, the quantize tool and
+ * the tests read rows with them.
  *
  * Adding a type: write its dequantizer (and quantizer) here and register it
  * in DEQUANT / QUANT_REF.
  *
  * @module
  */
-import { GGMLType } from "../gguf/types.ts";
+import { GGMLType } from "./types.ts";
+import { bf16ToF32, f32ToBf16, f32ToFp16, fp16ToF32 } from "./half.ts";
 import { dqQ2K, dqQ3K, dqQ4K, dqQ5K, dqQ6K, dqQ8K, quantizeQ8K } from "./ref_kquants.ts";
 
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
 const fr = Math.fround;
-
-/** The f32 value of IEEE half bits `h`. */
-export function fp16ToF32(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const man = h & 0x3ff;
-  if (exp === 0) return sign * man * 2 ** -24;
-  if (exp === 0x1f) return man ? NaN : sign * Infinity;
-  return sign * (1 + man / 1024) * 2 ** (exp - 15);
-}
-
-/** Half bits of `x` rounded to nearest even (as F16C and ggml do). */
-export function f32ToFp16(x: number): number {
-  f32[0] = x;
-  const w = u32[0];
-  const sign = (w >>> 16) & 0x8000;
-  const a = w & 0x7fffffff;
-  if (a > 0x7f800000) return sign | 0x7e00;
-  if (a >= 0x477ff000) return sign | 0x7c00;
-  if (a < 0x38800000) {
-    // subnormal half: count of 2^-24 units, rounded to nearest even (exact in f64)
-    return sign | roundEven(Math.abs(f32[0]) * 2 ** 24);
-  }
-  const r = a + 0x0fff + ((a >>> 13) & 1);
-  return sign | ((r - 0x38000000) >>> 13);
-}
-
-/** The f32 value of bf16 bits `h`. */
-export function bf16ToF32(h: number): number {
-  u32[0] = h << 16;
-  return f32[0];
-}
-
-/** bf16 bits of `x` rounded to nearest even. */
-export function f32ToBf16(x: number): number {
-  f32[0] = x;
-  const u = u32[0];
-  if ((u & 0x7fffffff) > 0x7f800000) return ((u >>> 16) | 64) & 0xffff;
-  return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
-}
 
 /** Dequantizes `n` elements of `type` starting at byte `off` of `bytes` into `out`. */
 export type Dequantizer = (bytes: DataView, off: number, out: Float64Array, n: number) => void;
@@ -317,34 +277,6 @@ export const QUANT_REF: ReadonlyMap<number, Quantizer> = new Map<number, Quantiz
   [GGMLType.Q5_1, quantizeQ5_1],
   [GGMLType.Q8_K, quantizeQ8K],
 ]);
-
-/**
- * The type mul_mat converts f32 activations to for weights of `type`
- * (ggml's vec_dot_type), or undefined when the type cannot be multiplied.
- */
-export function vecDotType(type: number): number | undefined {
-  switch (type) {
-    case GGMLType.F32:
-    case GGMLType.F16:
-    case GGMLType.BF16:
-    case GGMLType.Q8_0:
-      return type;
-    case GGMLType.Q4_0:
-    case GGMLType.Q5_0:
-      return GGMLType.Q8_0;
-    case GGMLType.Q4_1:
-    case GGMLType.Q5_1:
-      return GGMLType.Q8_1;
-    case GGMLType.Q2_K:
-    case GGMLType.Q3_K:
-    case GGMLType.Q4_K:
-    case GGMLType.Q5_K:
-    case GGMLType.Q6_K:
-      return GGMLType.Q8_K;
-    default:
-      return undefined;
-  }
-}
 
 /**
  * Rounds f32 activations `x` in place the way mul_mat's conversion to

@@ -9,9 +9,13 @@
  * shared prefixes are matched once. When the previous token left a partial
  * UTF-8 sequence the exact per-candidate check is used instead.
  *
+ * It lives with the samplers (lib/sample) rather than the grammar engine
+ * (lib/grammar) so the dependency runs one way: sampling uses grammars,
+ * grammars know nothing of token candidates.
+ *
  * @module
  */
-import type { TokenCandidates } from "../sample/candidates.ts";
+import type { TokenCandidates } from "./candidates.ts";
 import {
   CompiledGrammar,
   decodeUtf8,
@@ -20,9 +24,9 @@ import {
   type PartialUtf8,
   stackAccepts,
   unionStacks,
-} from "./matcher.ts";
-import { GrammarMatchError } from "./errors.ts";
-import { parseGrammar, type ParseGrammarOptions } from "./parser.ts";
+} from "../grammar/matcher.ts";
+import { GrammarMatchError } from "../grammar/errors.ts";
+import { parseGrammar, type ParseGrammarOptions } from "../grammar/parser.ts";
 
 /** The vocabulary facts the grammar needs. */
 export interface GrammarVocab {
@@ -77,21 +81,40 @@ export class PieceTrie {
   }
 }
 
-/** Per-vocabulary data shared by every grammar sampler on that vocabulary. */
+/**
+ * Per-vocabulary data shared by every grammar sampler on that vocabulary:
+ * build it once (SamplingOptions.grammarIndex) to save each new grammar
+ * sampler a pass over the whole vocabulary.
+ */
 export class GrammarVocabIndex {
   /** Vocabulary size. */
   readonly nVocab: number;
-  /** Piece bytes by id (as llama.cpp decodes them: up to the first NUL). */
+  /**
+   * Piece bytes by id (as llama.cpp decodes them: up to the first NUL).
+   *
+   * @internal
+   */
   readonly pieces: Uint8Array[];
-  /** Whether a token is end-of-generation. */
+  /**
+   * Whether a token is end-of-generation.
+   *
+   * @internal
+   */
   readonly isEog: Uint8Array;
-  /** Fresh-start decoding of each piece. */
+  /**
+   * Fresh-start decoding of each piece.
+   *
+   * @internal
+   */
   readonly decoded: { cps: number[]; partial: PartialUtf8 }[];
-  /** The `readonly` field. */
-  /** Trie of the acceptable pieces. */
+  /**
+   * Trie of the acceptable pieces.
+   *
+   * @internal
+   */
   readonly trie: PieceTrie;
 
-  /** Creates the instance. */
+  /** Decodes every piece of `v` and builds the trie of those a grammar can accept. */
   constructor(v: GrammarVocab) {
     this.nVocab = v.nVocab;
     this.isEog = new Uint8Array(v.nVocab);
@@ -118,15 +141,27 @@ export interface GrammarSamplerOptions extends ParseGrammarOptions {
   index?: GrammarVocabIndex;
 }
 
-/** The grammar constraint a sampler chain consults (see lib/sample/chain.ts). */
+/** The grammar constraint a sampler chain consults (see ./chain.ts). */
 export class GrammarSampler {
-  /** The `name` setting. */
+  /** Sampler name, as llama.cpp's chain prints it. */
   readonly name = "grammar";
-  /** The `grammar` setting. */
+  /**
+   * The compiled grammar.
+   *
+   * @internal
+   */
   readonly grammar: CompiledGrammar;
-  /** The `index` setting. */
+  /**
+   * The vocabulary index in use (shared or built by the constructor).
+   *
+   * @internal
+   */
   readonly index: GrammarVocabIndex;
-  /** Current match state. */
+  /**
+   * Current match state.
+   *
+   * @internal
+   */
   state: GrammarState;
   #allowed: Uint8Array;
 

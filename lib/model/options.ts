@@ -1,0 +1,21 @@
+/**
+ * The check of {@link Model.load}'s arguments, run first so that a bad value
+ * is an {@link OptionError} naming it. It lives with the model, not with the
+ * runtime's option checks, because lib/model sits below lib/runtime.
+ *
+ * @module
+ */
+import { OptionChecker } from "../options.ts";
+
+/** What {@link Model.load} checks: metadata, types and shapes; "data" also scans weights. */
+export const LOAD_VALIDATE = ["metadata", "data"] as const;
+
+/** Throws an OptionError for invalid {@link Model.load} arguments. */
+export function validateLoadOptions(path: unknown, o: unknown): void {
+  const c = new OptionChecker("Model.load");
+  if (typeof path !== "string" || path === "") c.fail("path", path, "a file path");
+  c.object(o, ["onProgress", "validate"]);
+  const opts = o as { onProgress?: unknown; validate?: unknown } | undefined;
+  c.fn("onProgress", opts?.onProgress);
+  c.oneOf("validate", opts?.validate, LOAD_VALIDATE);
+}
