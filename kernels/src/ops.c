@@ -2,6 +2,7 @@
  * revision): each thread takes a contiguous range of dst rows. */
 #include "le_internal.h"
 #include "vexp.h"
+#include "vnorm.h"
 
 #include <stdio.h>
 
@@ -84,13 +85,8 @@ static void op_norm(const le_node *n, const le_compute_params *p) {
   double sum = 0.0;
   for (int64_t i = 0; i < ne0; i++) sum += (double)x[i];
   const float mean = (float)sum / (float)ne0;
-  double var = 0.0;
-  for (int64_t i = 0; i < ne0; i++) {
-    const float v = x[i] - mean;
-    y[i] = v;
-    var += (double)(v * v);
-  }
-  const float variance = (float)(var / (double)ne0);
+  /* ggml_vec_cvar_f32's grouping of the squares at the SIMD level in effect. */
+  const float variance = (float)(le_vec_cvar_f32(ne0, y, x, mean) / (double)ne0);
   const float scale = 1.0f / sqrtf(variance + eps);
   for (int64_t i = 0; i < ne0; i++) y[i] *= scale;
   END_ROWS
@@ -128,16 +124,21 @@ static void op_scale(const le_node *n, const le_compute_params *p) {
 }
 
 /* ggml's CPU gelu (GGML_GELU_FP16): a table of the tanh approximation over
- * every f16 input, i.e. f16(gelu(f16(x))), clamped outside +-10. */
-static inline float gelu_f32(float x) {
+ * every f16 input, i.e. f16(gelu(f16(x))), clamped outside +-10. ggml fills
+ * the table in ggml-cpu.c, which its FMA builds (haswell, the AVX-512
+ * variants) compile with contraction: 1 + a*x*x becomes fma(a*x, x, 1)
+ * there, and the builds our scalar level follows (x64, sse42, ...) have no
+ * FMA. The two differ in the last f16 bit for some inputs. */
+static inline float gelu_f32(float x, int fused) {
   const float c = 0.79788456080286535587989211986876f, a = 0.044715f;
-  return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + a * x * x)));
+  const float inner = fused ? fmaf(a * x, x, 1.0f) : 1.0f + a * x * x;
+  return 0.5f * x * (1.0f + tanhf(c * x * inner));
 }
-static inline float gelu_table(float x) {
+static inline float gelu_table(float x, int fused) {
   if (x <= -10.0f) return 0.0f;
   if (x >= 10.0f) return x;
   const float xh = le_fp16_to_fp32(le_fp32_to_fp16(x));
-  return le_fp16_to_fp32(le_fp32_to_fp16(gelu_f32(xh)));
+  return le_fp16_to_fp32(le_fp32_to_fp16(gelu_f32(xh, fused)));
 }
 
 static void op_unary(const le_node *n, const le_compute_params *p) {
@@ -148,7 +149,8 @@ static void op_unary(const le_node *n, const le_compute_params *p) {
   if (n->op == LE_OP_SILU) {
     le_vec_swiglu_f32(d->ne[0], y, x, NULL);
   } else if (n->op == LE_OP_GELU) {
-    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = gelu_table(x[i]);
+    const int fused = le_simd() != LE_SIMD_SCALAR;
+    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = gelu_table(x[i], fused);
   } else { /* SWIGLU */
     const float *g = (const float *)ROW(&n->src[1], i1, i2, i3);
     le_vec_swiglu_f32(d->ne[0], y, x, g);

@@ -37,7 +37,11 @@ import { dryBackend, memoryShortfall } from "./sizing.ts";
 export interface ContextOptions {
   /** Cache cells (rounded up to 256); default: the model's training context, at most 4096. */
   nCtx?: number;
-  /** Most tokens per graph evaluation (prompt chunk). Default 512. */
+  /**
+   * Most tokens per graph evaluation (prompt chunk). Default 512. For an
+   * encoder (bert, no cache) also the longest input, with nCtx and the
+   * model's training context: its whole input is one graph.
+   */
   nBatch?: number;
   /** CPU threads; default: physical cores. */
   threads?: number;
@@ -450,6 +454,7 @@ export class Context implements Disposable, AsyncDisposable {
     // validateDecode checked every id is an integer in 0..nVocab-1, so the
     // get_rows indices the kernels read are exact.
     const ids = Int32Array.from(tokens);
+    if (!this.#kv) this.#checkEncoderInput(n);
     if (this.nPast + n > this.nCtx) {
       throw new ContextError(
         `decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtx}`,
@@ -467,10 +472,30 @@ export class Context implements Disposable, AsyncDisposable {
     return run;
   }
 
+  /**
+   * An encoder (no cache) evaluates its whole input in one graph, as
+   * llama.cpp's encode does (non-causal attention cannot be split into
+   * micro-batches; llama.cpp asserts n_ubatch >= n_tokens), so the input
+   * must fit nBatch, nCtx and the positions the model was trained on.
+   */
+  #checkEncoderInput(n: number): void {
+    const { nCtxTrain } = this.model.hparams;
+    const max = Math.min(this.nBatch, this.nCtx, nCtxTrain);
+    if (n > max) {
+      throw new ContextError(
+        `decode: ${n} tokens exceed the ${max} this encoder context evaluates at once ` +
+          `(nBatch ${this.nBatch}, nCtx ${this.nCtx}, training context ${nCtxTrain}): ` +
+          `its attention spans the whole input, which is never split`,
+      );
+    }
+  }
+
   async #decodeAll(ids: Int32Array, all: boolean, signal: AbortSignal): Promise<DecodeResult> {
     const n = ids.length;
     const logitsFlags = new Uint8Array(n);
-    if (all) logitsFlags.fill(1);
+    // Encoders compute every row, as llama.cpp's encode does whatever the
+    // output flags, so the rows returned have the bits of llama.cpp's.
+    if (all || !this.#kv) logitsFlags.fill(1);
     else logitsFlags[n - 1] = 1;
     this.#splitter.init({ token: ids, logits: logitsFlags }, {
       nVocab: this.model.hparams.nVocab,
@@ -484,7 +509,7 @@ export class Context implements Disposable, AsyncDisposable {
       // is evaluated in one graph.
       const ub = this.#splitter.splitSimple(n);
       out.push(...await this.#decodeUbatch(ub!, null, signal));
-      return { logits: [], embeddings: out };
+      return { logits: [], embeddings: all ? out : [out[n - 1]] };
     }
     const undo: SlotUndo[] = [];
     try {
@@ -546,8 +571,10 @@ export class Context implements Disposable, AsyncDisposable {
     sched.setInput(io.tokens, ub.token!);
     if (io.pos) sched.setInput(io.pos, ub.pos);
     if (this.#mask.length !== nKv * ub.nTokens) this.#mask = new Float32Array(nKv * ub.nTokens);
+    // Without a cache, non-causal whatever attention.causal says: llama.cpp's
+    // encode (which llama_decode runs for such models) always is.
     if (kv) kv.fillMask(ub, nKv, this.#mask);
-    else encoderMask(ub, this.model.hparams.causal, this.#mask);
+    else encoderMask(ub, false, this.#mask);
     sched.setInput(io.mask, this.#mask);
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);

@@ -16,7 +16,7 @@ import {
 import { validateGenerateOptions } from "../sample/options.ts";
 import { StreamDecoder } from "../tokenizer/mod.ts";
 import { OptionError } from "../options.ts";
-import { Context, type ContextOptions } from "./context.ts";
+import { Context, ContextError, type ContextOptions } from "./context.ts";
 import { choiceOptions } from "./backends.ts";
 
 /** Options of {@link generate}. */
@@ -106,6 +106,13 @@ export async function* generate(
 ): AsyncGenerator<GeneratedToken, GenerateResult, undefined> {
   if (typeof prompt !== "string") throw new OptionError("generate", "prompt", prompt, "a string");
   validateGenerateOptions(opts);
+  if (ctx.model.arch.output !== "logits") {
+    // An encoder's decode returns hidden states: there is nothing to sample.
+    throw new ContextError(
+      `generate: ${ctx.model.file.header.path} is a ${ctx.model.hparams.arch} model, which ` +
+        `outputs hidden states (embeddings), not next-token logits: it cannot generate text`,
+    );
+  }
   const tok = ctx.model.tokenizer;
   // -1 is llama.cpp's "until end of generation or a full context".
   const maxTokens = opts.maxTokens === -1 ? Infinity : opts.maxTokens ?? 128;

@@ -6,6 +6,7 @@
  * @module
  */
 import { ModelError } from "../hparams.ts";
+import { bert } from "./bert.ts";
 import { llama } from "./llama.ts";
 import { phi3 } from "./phi3.ts";
 import { qwen2 } from "./qwen2.ts";
@@ -16,6 +17,7 @@ export const ARCHITECTURES: readonly Architecture[] = [
   llama,
   qwen2,
   phi3,
+  bert,
 ] as Architecture[];
 
 const BY_NAME = new Map<string, Architecture>(
