@@ -44,6 +44,8 @@ export interface RopeOptions {
   betaSlow?: number;
   /** Write the result over `x` (ggml_rope_ext_inplace), e.g. K-shift of the cache. */
   inplace?: boolean;
+  /** Divisors of each rotated pair's frequency, F32 [>= nDims/2] (llama3's `rope_freqs.weight`). */
+  freqFactors?: Tensor;
 }
 
 /** Options of {@link Graph.softMax}. */
@@ -260,13 +262,22 @@ export class Graph {
     if (!Number.isInteger(o.nDims) || o.nDims <= 0 || o.nDims % 2 || o.nDims > x.ne[0]) {
       throw new GraphError(`rope: nDims ${o.nDims} invalid for ${x.describe()}`);
     }
+    const src = [x, pos];
+    const ff = o.freqFactors;
+    if (ff) {
+      this.#check(ff);
+      if (ff.type !== GGMLType.F32 || !ff.isContiguous || ff.ne[0] < o.nDims / 2) {
+        throw new GraphError(`rope: freq factors ${ff.describe()} must be F32 [>= ${o.nDims / 2}]`);
+      }
+      src.push(ff);
+    }
     const name = "rope";
-    const t = o.inplace ? this.#inplace(Op.ROPE, name, x, [x, pos]) : this.#op(
+    const t = o.inplace ? this.#inplace(Op.ROPE, name, x, src) : this.#op(
       Op.ROPE,
       name,
       x.type,
       [...x.ne] as Dims,
-      [x, pos],
+      src,
     );
     const p = t.params;
     p[RopeParam.N_DIMS] = o.nDims;
