@@ -201,6 +201,19 @@ function buildCases(): Case[] {
       }
     }
   }
+  // YaRN as mistral3 runs it: its own betas, an attention factor below 1, and
+  // an original context that puts the ramp (pairs 4..8) inside the head.
+  for (const mode of [RopeMode.NORMAL, RopeMode.NEOX]) {
+    cases.push({
+      name: `rope yarn mode ${mode}`,
+      op: Op.ROPE,
+      src: [randomSpec(F32, [32, 2, 5, 1], r), valuesSpec(I32, [5, 1, 1, 1], [0, 1, 37, 99, 160])],
+      dst: emptySpec(F32, [32, 2, 5, 1]),
+      params: [32, mode, 1024, f(10000), f(0.25), f(1), f(0.87), f(16), f(2)],
+      atol: 2e-5,
+      rtol: 2e-5,
+    });
+  }
   for (const mt of [undefined, F32, F16]) {
     for (const maxBias of [0, 8]) {
       const src = [randomSpec(F32, [37, 5, 4, 1], r, 4)];

@@ -195,7 +195,10 @@ static float rope_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
   return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
 }
 
-static void rope_cache(float pos, const le_node *n, const float *ff, int64_t ne0, float *cache) {
+/* fused: ggml's rope_yarn built with fp contraction (see op_rope) fuses the
+ * first product of the YaRN mix and the mscale correction into FMAs. */
+static void rope_cache(float pos, const le_node *n, const float *ff, int64_t ne0, float *cache,
+                       int fused) {
   const int n_dims = n->params[0], n_ctx_orig = n->params[2];
   const float freq_base = node_f32(n, 3), freq_scale = node_f32(n, 4);
   const float ext_factor = node_f32(n, 5), attn_factor = node_f32(n, 6);
@@ -213,8 +216,13 @@ static void rope_cache(float pos, const le_node *n, const float *ff, int64_t ne0
     if (ext_factor != 0.0f) {
       const float y = ((float)(i0 / 2) - corr[0]) / LE_MAX(0.001f, corr[1] - corr[0]);
       const float ramp = (1 - LE_MIN(1.0f, LE_MAX(0.0f, y))) * ext_factor;
-      th = theta_interp * (1 - ramp) + theta_extrap * ramp;
-      mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+      if (fused) {
+        th = fmaf(theta_interp, 1 - ramp, theta_extrap * ramp);
+        mscale *= fmaf(0.1f, logf(1.0f / freq_scale), 1.0f);
+      } else {
+        th = theta_interp * (1 - ramp) + theta_extrap * ramp;
+        mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+      }
     }
     cache[i0] = cosf(th) * mscale;
     cache[i0 + 1] = sinf(th) * mscale;
@@ -250,7 +258,7 @@ static void op_rope(const le_node *n, const le_compute_params *p) {
     const int32_t pos = *(const int32_t *)((const char *)(uintptr_t)s1->data + i2 * s1->nb[0]);
     /* Only the rotated pairs: the freq factors hold n_dims/2 entries (ggml
      * fills the cache to ne0, reading past them when n_dims < ne0). */
-    rope_cache((float)pos, n, ff, n_dims, cache);
+    rope_cache((float)pos, n, ff, n_dims, cache, fused);
     last_i2 = i2;
   }
   const char *x = ROW(s0, i1, i2, i3);

@@ -166,8 +166,14 @@ function rope(n: ExecNode): void {
   const p = n.params, nDims = p[0], neox = (p[1] & 2) !== 0, nCtxOrig = p[2];
   const base = f(n, 3), fScale = f(n, 4), ext = f(n, 5), attn = f(n, 6);
   const betaFast = f(n, 7), betaSlow = f(n, 8);
+  // ggml_rope_yarn_corr_dims in f32 like ggml: the ramp's ends are floored and
+  // ceiled, so a double near an integer could move them by a whole pair.
+  const r = Math.fround;
   const corrDim = (nRot: number) =>
-    nDims * Math.log(nCtxOrig / (nRot * 2 * Math.PI)) / (2 * Math.log(base));
+    r(
+      r(nDims * r(Math.log(r(nCtxOrig / r(r(nRot * 2) * r(Math.PI)))))) /
+        r(2 * r(Math.log(base))),
+    );
   const c0 = Math.max(0, Math.floor(corrDim(betaFast)));
   const c1 = Math.min(nDims - 1, Math.ceil(corrDim(betaSlow)));
   const pv = viewOf(pos.data.buffer);

@@ -41,7 +41,7 @@ export interface RopeOptions {
   inplace?: boolean;
   /**
    * Per-pair frequency divisors (ggml_rope_ext's `c`): F32 [>= nDims/2],
-   * dividing each pair's angle (phi3's rope_factors_long/short).
+   * dividing each pair's angle (llama3's rope_freqs, phi3's rope_factors_long/short).
    */
   freqFactors?: Tensor;
 }
@@ -235,16 +235,16 @@ export class Graph {
     if (!Number.isInteger(o.nDims) || !Number.isInteger(mode)) {
       throw new GraphError(`rope: nDims ${o.nDims} and mode ${mode} must be integers`);
     }
-    const name = "rope";
     const src = [x, pos];
     const ff = o.freqFactors;
     if (ff) {
       this.#check(ff);
       if (ff.type !== GGMLType.F32 || !ff.isContiguous || ff.ne[0] < o.nDims / 2) {
-        throw new GraphError(`rope: freq factors ${ff.describe()} must be F32 [>= nDims/2]`);
+        throw new GraphError(`rope: freq factors ${ff.describe()} must be F32 [>= ${o.nDims / 2}]`);
       }
       src.push(ff);
     }
+    const name = "rope";
     const t = o.inplace ? this.#inplace(Op.ROPE, name, x, src) : this.#op(
       Op.ROPE,
       name,

@@ -147,21 +147,6 @@ export function readHParams(header: GGUFHeader, spec: HParamsSpec): HParams {
   const headDimK = scalarOrFirst(header, k("attention.key_length"), nEmbd / nHead);
   const headDimV = scalarOrFirst(header, k("attention.value_length"), nEmbd / nHead);
   const nRot = scalarOrFirst(header, k("rope.dimension_count"), headDimK);
-  const scaling = header.string(k("rope.scaling.type"), "linear");
-  const factor = header.get(k("rope.scaling.factor"))
-    ? header.number(k("rope.scaling.factor"))
-    : header.number(k("rope.scale_linear"), 0);
-  const freqScale = scaling === "none" || factor === 0 ? 1 : 1 / factor;
-  const yarn = scaling === "yarn";
-  // llama_context: ext_factor is 1 under YaRN, and attn_factor gets YaRN's
-  // mscale cancelled by 1/(1 + 0.1 ln factor) so the two multiply to 1.
-  let attnFactor = 1;
-  if (yarn && freqScale !== 1) {
-    const f = 1 / freqScale;
-    const mscale = f <= 1 ? 1 : 0.1 * Math.log(f) + 1;
-    attnFactor = Math.fround(mscale * Math.fround(1 / (1 + 0.1 * Math.log(f))));
-  }
-  attnFactor *= header.number(k("rope.scaling.attn_factor"), 1);
   return {
     arch,
     nVocab,
@@ -178,16 +163,87 @@ export function readHParams(header: GGUFHeader, spec: HParamsSpec): HParams {
       ? header.number(k(normEpsKey("rms")), 1e-5)
       : header.number(k(normEpsKey("layer"))),
     causal: header.bool(k("attention.causal"), spec.causal ?? true),
-    rope: {
+    rope: readRopeParams(header, {
       nDims: nRot,
       mode: spec.rope === "neox" ? RopeMode.NEOX : RopeMode.NORMAL,
-      nCtxOrig: scalarOrFirst(header, k("rope.scaling.original_context_length"), nCtxTrain),
-      freqBase: header.number(k("rope.freq_base"), 10000),
-      freqScale,
-      extFactor: yarn ? 1 : 0,
-      attnFactor,
-      betaFast: 32,
-      betaSlow: 1,
-    },
+      nCtxTrain,
+    }),
+  };
+}
+
+/** The YaRN keys an architecture's own load_arch_hparams reads (llama.cpp reads none of them in common). */
+export interface YarnKeys {
+  /** `rope.scaling.yarn_beta_fast` / `yarn_beta_slow` (mistral3). */
+  readonly beta?: boolean;
+  /** `rope.scaling.yarn_log_multiplier` (mistral3). */
+  readonly logMul?: boolean;
+}
+
+/** llama.cpp's rope scaling types (LLAMA_ROPE_SCALING_TYPES); any other value is refused. */
+const ROPE_SCALING_TYPES: readonly string[] = ["none", "linear", "yarn", "longrope"];
+
+/** The f32 constant 0.1f. */
+const TENTH = Math.fround(0.1);
+
+/** YaRN's magnitude scale (llama_context's get_mscale), in f32 like llama.cpp. */
+function yarnMscale(scale: number, mscale: number): number {
+  const f = Math.fround;
+  return scale <= 1 ? 1 : f(f(f(TENTH * mscale) * f(Math.log(scale))) + 1);
+}
+
+/**
+ * The RoPE settings a llama.cpp context runs with: llama_model::load_hparams'
+ * common rope keys (`rope.freq_base`, `rope.scaling.type`, `.factor` or the
+ * old `rope.scale_linear`, `.attn_factor`, `.original_context_length`), the
+ * architecture's own YaRN keys (`keys`), and llama_context's derivation of
+ * ext_factor and attn_factor from them, each step rounded to f32 as there.
+ */
+export function readRopeParams(
+  header: GGUFHeader,
+  o: { nDims: number; mode: number; nCtxTrain: number },
+  keys: YarnKeys = {},
+): RopeParams {
+  const f = Math.fround;
+  const arch = header.string("general.architecture");
+  const k = (s: string) => `${arch}.${s}`;
+  const scaling = header.string(k("rope.scaling.type"), "linear");
+  if (!ROPE_SCALING_TYPES.includes(scaling)) {
+    throw new ModelError(
+      `${header.path}: ${k("rope.scaling.type")} = '${scaling}' is not supported ` +
+        `(supported: ${ROPE_SCALING_TYPES.join(", ")})`,
+    );
+  }
+  const factor = header.get(k("rope.scaling.factor"))
+    ? header.number(k("rope.scaling.factor"))
+    : header.number(k("rope.scale_linear"), 0);
+  // hparams.rope_freq_scale_train, then cparams: type "none" never scales.
+  const freqScale = scaling === "none" || factor === 0 ? 1 : f(1 / f(factor));
+  // cparams.yarn_ext_factor: "not set" (-1) becomes 1 under YaRN, else 0.
+  const extFactor = scaling === "yarn" ? 1 : 0;
+  const logMul = keys.logMul ? header.number(k("rope.scaling.yarn_log_multiplier"), 0) : 0;
+  let attnFactor = 1;
+  if (extFactor !== 0) {
+    const scale = f(1 / freqScale);
+    // With a log multiplier: mscale / mscale_all_dims (mscale assumed 1).
+    attnFactor = logMul !== 0
+      ? f(yarnMscale(scale, 1) / yarnMscale(scale, f(logMul)))
+      : yarnMscale(scale, 1);
+    // ggml's rope multiplies by 1 + 0.1 ln(1/freq_scale) under YaRN; cancelled here.
+    attnFactor = f(attnFactor * f(1 / f(1 + f(TENTH * f(Math.log(scale))))));
+  }
+  attnFactor = f(attnFactor * f(header.number(k("rope.scaling.attn_factor"), 1)));
+  // cparams.n_ctx_orig_yarn: the key, or the training context when absent or 0.
+  const nCtxOrig = scalarOrFirst(header, k("rope.scaling.original_context_length"), 0) ||
+    o.nCtxTrain;
+  return {
+    nDims: o.nDims,
+    mode: o.mode,
+    nCtxOrig,
+    freqBase: header.number(k("rope.freq_base"), 10000),
+    freqScale,
+    extFactor,
+    attnFactor,
+    betaFast: keys.beta ? header.number(k("rope.scaling.yarn_beta_fast"), 32) : 32,
+    betaSlow: keys.beta ? header.number(k("rope.scaling.yarn_beta_slow"), 1) : 1,
   };
 }

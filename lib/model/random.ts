@@ -114,6 +114,8 @@ export interface RandomTensor {
   readonly kind: "matrix" | "norm" | "bias" | "f32";
   /** Overrides the spec's std for this tensor ("matrix" and "f32"). */
   readonly std?: number;
+  /** Fixed values instead of random ones (element index to value; e.g. RoPE frequency factors). */
+  readonly values?: (i: number) => number;
 }
 
 /** What {@link writeRandomGGUF} writes. */
@@ -223,7 +225,9 @@ export async function writeRandomGGUF(path: string, spec: RandomModelSpec): Prom
         const v = new Float32Array(n);
         const s = t.std ?? std;
         for (let i = 0; i < n; i++) {
-          v[i] = t.kind === "norm"
+          v[i] = t.values
+            ? t.values(i)
+            : t.kind === "norm"
             ? 1 + 0.1 * next()
             : t.kind === "bias"
             ? 0.1 * next()

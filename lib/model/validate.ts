@@ -85,6 +85,12 @@ export function validateHParams(path: string, hp: HParams, norm: "rms" | "layer"
   if (!Number.isSafeInteger(r.nCtxOrig) || r.nCtxOrig <= 0) {
     bad("rope.scaling.original_context_length", r.nCtxOrig, "expected a positive integer");
   }
+  if (!Number.isFinite(r.betaFast) || r.betaFast <= 0) {
+    bad("rope.scaling.yarn_beta_fast", r.betaFast, "expected a finite number > 0");
+  }
+  if (!Number.isFinite(r.betaSlow) || r.betaSlow <= 0) {
+    bad("rope.scaling.yarn_beta_slow", r.betaSlow, "expected a finite number > 0");
+  }
 }
 
 const names = (types: readonly number[]) => types.map(ggmlTypeName).join(", ");
@@ -95,6 +101,8 @@ const ROLE_OPS: Record<WeightRole, { op: Op; what: string }> = {
   embedding: { op: Op.GET_ROWS, what: "a token embedding" },
   norm: { op: Op.MUL, what: "a norm weight" },
   bias: { op: Op.ADD, what: "a bias" },
+  // Rope reads its frequency factors as f32 only, as MUL reads its operand.
+  factors: { op: Op.MUL, what: "RoPE frequency factors" },
 };
 
 /**
@@ -182,7 +190,10 @@ export function checkedHParams(h: GGUFHeader): { arch: Architecture; hp: HParams
   const arch = validateHeader(h);
   const hp = readHParams(h, arch);
   validateHParams(h.path, hp, arch.norm);
-  return { arch, hp: arch.hparams ? arch.hparams(h, hp) : hp };
+  const own = arch.hparams ? arch.hparams(h, hp) : hp;
+  // The architecture may have read keys of its own (mistral3's YaRN keys).
+  if (own !== hp) validateHParams(h.path, own, arch.norm);
+  return { arch, hp: own };
 }
 
 /** Everything {@link Model.load} checks after mapping the weights. */

@@ -15,9 +15,10 @@ import { ModelError } from "./hparams.ts";
 /**
  * How the graph reads a weight, which decides the types it may have:
  * "matrix" (MUL_MAT), "embedding" (GET_ROWS rows), "norm" (MUL with f32
- * activations), "bias" (ADD with f32 activations).
+ * activations), "bias" (ADD with f32 activations), "factors" (RoPE
+ * frequency divisors, f32).
  */
-export type WeightRole = "matrix" | "embedding" | "norm" | "bias";
+export type WeightRole = "matrix" | "embedding" | "norm" | "bias" | "factors";
 
 /** A weight as the graph needs it: where it is, its type and shape. */
 export interface WeightRef {

@@ -51,6 +51,8 @@ export interface FfnWeights {
   readonly upB?: WeightRef;
   /** Gate projection (parallel gate). */
   readonly gate?: WeightRef;
+  /** Gate bias. */
+  readonly gateB?: WeightRef;
   /** Whether `up` is gate and up fused. */
   readonly fusedGate?: boolean;
   /** Down projection. */
@@ -186,10 +188,10 @@ export class GraphBuilder {
     };
   }
 
-  /** ggml_rope_ext with the model's RoPE settings (and per-pair frequency factors, phi3). */
-  rope(x: Tensor, freqFactors?: WeightRef): Tensor {
-    if (!freqFactors) return this.g.rope(x, this.pos, this.hp.rope);
-    return this.g.rope(x, this.pos, { ...this.hp.rope, freqFactors: this.w(freqFactors) });
+  /** ggml_rope_ext with the model's RoPE settings (and frequency factors, llama3's rope_freqs, phi3's long/short factors). */
+  rope(x: Tensor, factors?: WeightRef): Tensor {
+    const o = factors ? { ...this.hp.rope, freqFactors: this.w(factors) } : this.hp.rope;
+    return this.g.rope(x, this.pos, o);
   }
 
   /**
@@ -247,7 +249,7 @@ export class GraphBuilder {
     const g = this.g;
     let cur: Tensor;
     if (f.gate) {
-      const gate = this.cb(g.mulMat(this.w(f.gate), x), "ffn_gate", il);
+      const gate = this.cb(this.bias(g.mulMat(this.w(f.gate), x), f.gateB), "ffn_gate", il);
       const up = this.cb(this.bias(g.mulMat(this.w(f.up), x), f.upB), "ffn_up", il);
       cur = act === "silu"
         ? this.cb(g.swiglu(gate, up), "ffn_swiglu", il)
@@ -269,10 +271,16 @@ export class GraphBuilder {
     return this.bias(g.mulMat(this.w(f.down), cur), f.downB);
   }
 
-  /** The output head: final norm, then the vocabulary projection. */
-  logits(x: Tensor, norm: WeightRef, output: WeightRef, normB?: WeightRef): Tensor {
+  /** The output head: final norm, then the vocabulary projection (plus its bias, qwen2). */
+  logits(
+    x: Tensor,
+    norm: WeightRef,
+    output: WeightRef,
+    normB?: WeightRef,
+    outputB?: WeightRef,
+  ): Tensor {
     const normed = this.cb(this.norm(x, norm, normB), "result_norm");
-    return this.cb(this.g.mulMat(this.w(output), normed), "result_output");
+    return this.cb(this.bias(this.g.mulMat(this.w(output), normed), outputB), "result_output");
   }
 
   /**

@@ -9,10 +9,11 @@
  */
 import type { Tensor } from "../../graph/graph.ts";
 import type { HParams } from "../hparams.ts";
-import type { WeightMap, WeightRef } from "../weights.ts";
+import type { WeightMap, WeightRef, WeightRole } from "../weights.ts";
 import type { GraphBuilder } from "./builder.ts";
 import type { Architecture } from "./types.ts";
-import { ModelError } from "../hparams.ts";
+import type { GGUFHeader } from "../../gguf/mod.ts";
+import { ModelError, readRopeParams } from "../hparams.ts";
 
 /** Weights of one llama block. */
 export interface LlamaLayer {
@@ -42,6 +43,12 @@ export interface LlamaLayer {
   readonly ffnUp: WeightRef;
   /** FFN down projection. */
   readonly ffnDown: WeightRef;
+  /** FFN gate bias. */
+  readonly ffnGateB?: WeightRef;
+  /** FFN up bias. */
+  readonly ffnUpB?: WeightRef;
+  /** FFN down bias. */
+  readonly ffnDownB?: WeightRef;
 }
 
 /** All weights of a llama-family model. */
@@ -54,10 +61,26 @@ export interface LlamaWeights {
   readonly output: WeightRef;
   /** Per-block weights. */
   readonly layers: readonly LlamaLayer[];
+  /** Frequency divisors of the rotated pairs (llama3's `rope_freqs.weight`, every block). */
+  readonly ropeFreqs?: WeightRef;
+  /** Bias of the output head (qwen2's `output.bias`). */
+  readonly outputB?: WeightRef;
 }
 
-/** Maps llama's tensor names (biases optional, output tied when `output.weight` is absent). */
-export function llamaWeights(m: WeightMap, hp: HParams): LlamaWeights {
+/**
+ * Maps llama's tensor names (output tied when `output.weight` is absent), with
+ * the optional tensors llama.cpp's loader creates for the layout: q/k/v
+ * biases for both; attention output and FFN biases and `rope_freqs.weight`
+ * for llama (and mistral3); `output.bias` for qwen2.
+ */
+export function llamaWeights(
+  m: WeightMap,
+  hp: HParams,
+  layout: "llama" | "qwen2" = "llama",
+): LlamaWeights {
+  const llama = layout === "llama";
+  const llamaOnly = (name: string, role: WeightRole, shape: number[]) =>
+    llama ? m.optional(name, role, shape) : undefined;
   const { nEmbd, nVocab, nFF, nHead, nHeadKv, headDimK, headDimV } = hp;
   const nQ = headDimK * nHead;
   const nK = headDimK * nHeadKv;
@@ -74,11 +97,14 @@ export function llamaWeights(m: WeightMap, hp: HParams): LlamaWeights {
       bq: m.optional(`${b}attn_q.bias`, "bias", [nQ]),
       bk: m.optional(`${b}attn_k.bias`, "bias", [nK]),
       bv: m.optional(`${b}attn_v.bias`, "bias", [nV]),
-      bo: m.optional(`${b}attn_output.bias`, "bias", [nEmbd]),
+      bo: llamaOnly(`${b}attn_output.bias`, "bias", [nEmbd]),
       ffnNorm: m.need(`${b}ffn_norm.weight`, "norm", [nEmbd]),
       ffnGate: m.need(`${b}ffn_gate.weight`, "matrix", [nEmbd, nFF]),
       ffnUp: m.need(`${b}ffn_up.weight`, "matrix", [nEmbd, nFF]),
       ffnDown: m.need(`${b}ffn_down.weight`, "matrix", [nFF, nEmbd]),
+      ffnGateB: llamaOnly(`${b}ffn_gate.bias`, "bias", [nFF]),
+      ffnUpB: llamaOnly(`${b}ffn_up.bias`, "bias", [nFF]),
+      ffnDownB: llamaOnly(`${b}ffn_down.bias`, "bias", [nEmbd]),
     });
   }
   const tokEmbd = m.need("token_embd.weight", "embedding", [nEmbd, nVocab]);
@@ -87,6 +113,8 @@ export function llamaWeights(m: WeightMap, hp: HParams): LlamaWeights {
     outputNorm: m.need("output_norm.weight", "norm", [nEmbd]),
     output: m.optional("output.weight", "matrix", [nEmbd, nVocab]) ?? tokEmbd,
     layers,
+    ropeFreqs: llamaOnly("rope_freqs.weight", "factors", [hp.rope.nDims / 2]),
+    outputB: llama ? undefined : m.optional("output.bias", "bias", [nVocab]),
   };
 }
 
@@ -101,8 +129,8 @@ export function buildLlama(b: GraphBuilder, w: LlamaWeights): Tensor | null {
     let inpSA = inpL;
     let cur = b.cb(b.norm(inpL, lw.attnNorm), "attn_norm", il);
     const qkv = b.qkv(cur, lw, il);
-    qkv.q = b.cb(b.rope(qkv.q), "Qcur", il);
-    qkv.k = b.cb(b.rope(qkv.k), "Kcur", il);
+    qkv.q = b.cb(b.rope(qkv.q, w.ropeFreqs), "Qcur", il);
+    qkv.k = b.cb(b.rope(qkv.k, w.ropeFreqs), "Kcur", il);
     cur = b.attention(qkv, lw.wo, lw.bo, kqScale, il);
     if (il === hp.nLayer - 1) {
       // Nothing to output (a prompt chunk before the last): what this
@@ -114,14 +142,45 @@ export function buildLlama(b: GraphBuilder, w: LlamaWeights): Tensor | null {
     }
     const ffnInp = b.cb(g.add(cur, inpSA), "ffn_inp", il);
     cur = b.cb(b.norm(ffnInp, lw.ffnNorm), "ffn_norm", il);
-    cur = b.ffn(cur, { gate: lw.ffnGate, up: lw.ffnUp, down: lw.ffnDown }, "silu", il);
+    const ffn = {
+      gate: lw.ffnGate,
+      gateB: lw.ffnGateB,
+      up: lw.ffnUp,
+      upB: lw.ffnUpB,
+      down: lw.ffnDown,
+      downB: lw.ffnDownB,
+    };
+    cur = b.ffn(cur, ffn, "silu", il);
     inpL = b.cb(g.add(b.cb(cur, "ffn_out", il), ffnInp), "l_out", il);
   }
   g.setLayer(-1);
-  return b.logits(inpL, w.outputNorm, w.output);
+  return b.logits(inpL, w.outputNorm, w.output, undefined, w.outputB);
 }
 
-/** llama, and mistral3 (llama's graph; its attention temperature scaling is refused). */
+/**
+ * The checks llama.cpp makes of every llama-family graph: K and V heads of
+ * one size, rotated whole (load_hparams insists for llama; the llama,
+ * mistral3 and qwen2 graphs GGML_ASSERT it).
+ */
+export function checkWholeHeadRope(h: GGUFHeader, hp: HParams): void {
+  if (hp.rope.nDims !== hp.headDimK) {
+    throw new ModelError(
+      `${h.path}: ${hp.arch}.rope.dimension_count = ${hp.rope.nDims} is invalid: ` +
+        `expected ${hp.headDimK} (the head size) for ${hp.arch}`,
+    );
+  }
+  if (hp.headDimV !== hp.headDimK) {
+    throw new ModelError(
+      `${h.path}: ${hp.arch}.attention.value_length = ${hp.headDimV} is invalid: ` +
+        `expected ${hp.headDimK} (attention.key_length) for ${hp.arch}`,
+    );
+  }
+}
+
+/**
+ * llama, and mistral3 (llama's graph and tensors; it also reads YaRN's beta
+ * and log-multiplier keys, and its attention temperature scaling is refused).
+ */
 export const llama: Architecture<LlamaWeights> = {
   names: ["llama", "mistral3"],
   memory: "kv",
@@ -129,20 +188,26 @@ export const llama: Architecture<LlamaWeights> = {
   norm: "rms",
   rope: "normal",
   hparams(h, hp) {
-    // llama_model::load_hparams insists on full rotation for llama.
-    if (hp.rope.nDims !== hp.headDimK) {
-      throw new ModelError(
-        `${h.path}: ${hp.arch}.rope.dimension_count = ${hp.rope.nDims} is invalid: ` +
-          `expected ${hp.headDimK} (the head size) for ${hp.arch}`,
-      );
+    checkWholeHeadRope(h, hp);
+    // Under longrope llama.cpp reads rope_factors_long/short instead of rope_freqs.
+    const scaling = `${hp.arch}.rope.scaling.type`;
+    if (h.string(scaling, "linear") === "longrope") {
+      throw new ModelError(`${h.path}: ${scaling} = 'longrope' is not supported for ${hp.arch}`);
     }
+    if (hp.arch !== "mistral3") return hp;
+    // llama_model_mistral3::load_arch_hparams: temperature scaling and its own YaRN keys.
     const temp = h.number(`${hp.arch}.attention.temperature_scale`, 0);
     if (temp !== 0) {
       throw new ModelError(
         `${h.path}: ${hp.arch}.attention.temperature_scale = ${temp} is not supported (only 0)`,
       );
     }
-    return hp;
+    const { nDims, mode } = hp.rope;
+    const rope = readRopeParams(h, { nDims, mode, nCtxTrain: hp.nCtxTrain }, {
+      beta: true,
+      logMul: true,
+    });
+    return { ...hp, rope };
   },
   weights: llamaWeights,
   build: buildLlama,
