@@ -44,6 +44,7 @@ enum le_op {
   LE_OP_GELU = 13,
   LE_OP_SSM_CONV = 14, /* reserved for Mamba */
   LE_OP_SSM_SCAN = 15, /* reserved for Mamba */
+  LE_OP_GEGLU = 16,    /* gelu(src0) * src1 (ggml_geglu_split) */
   LE_OP_COUNT
 };
 

@@ -128,16 +128,21 @@ static void op_scale(const le_node *n, const le_compute_params *p) {
 }
 
 /* ggml's CPU gelu (GGML_GELU_FP16): a table of the tanh approximation over
- * every f16 input, i.e. f16(gelu(f16(x))), clamped outside +-10. */
-static inline float gelu_f32(float x) {
+ * every f16 input, i.e. f16(gelu(f16(x))), clamped outside +-10. ggml_cpu_init
+ * builds the table with ggml_gelu_f32, which the variants with FMA (haswell,
+ * the AVX-512 ones) compile with 1 + a*x*x contracted to fma(a*x, x, 1) and
+ * x64 does not (disassembly); `fused` picks the form (one f16 entry differs,
+ * x = -1.999). */
+static inline float gelu_f32(float x, int fused) {
   const float c = 0.79788456080286535587989211986876f, a = 0.044715f;
-  return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + a * x * x)));
+  const float t = fused ? fmaf(a * x, x, 1.0f) : 1.0f + a * x * x;
+  return 0.5f * x * (1.0f + tanhf(c * x * t));
 }
-static inline float gelu_table(float x) {
+static inline float gelu_table(float x, int fused) {
   if (x <= -10.0f) return 0.0f;
   if (x >= 10.0f) return x;
   const float xh = le_fp16_to_fp32(le_fp32_to_fp16(x));
-  return le_fp16_to_fp32(le_fp32_to_fp16(gelu_f32(xh)));
+  return le_fp16_to_fp32(le_fp32_to_fp16(gelu_f32(xh, fused)));
 }
 
 static void op_unary(const le_node *n, const le_compute_params *p) {
@@ -148,7 +153,15 @@ static void op_unary(const le_node *n, const le_compute_params *p) {
   if (n->op == LE_OP_SILU) {
     le_vec_swiglu_f32(d->ne[0], y, x, NULL);
   } else if (n->op == LE_OP_GELU) {
-    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = gelu_table(x[i]);
+    const int fused = le_simd() != LE_SIMD_SCALAR;
+    for (int64_t i = 0; i < d->ne[0]; i++) y[i] = gelu_table(x[i], fused);
+  } else if (n->op == LE_OP_GEGLU) {
+    /* ggml_vec_geglu_f32: the gelu table entry times the gate, and a plain
+     * +0 (not 0 * gate) below the -10 clamp. */
+    const int fused = le_simd() != LE_SIMD_SCALAR;
+    const float *g = (const float *)ROW(&n->src[1], i1, i2, i3);
+    for (int64_t i = 0; i < d->ne[0]; i++)
+      y[i] = x[i] <= -10.0f ? 0.0f : gelu_table(x[i], fused) * g[i];
   } else { /* SWIGLU */
     const float *g = (const float *)ROW(&n->src[1], i1, i2, i3);
     le_vec_swiglu_f32(d->ne[0], y, x, g);
@@ -380,6 +393,11 @@ int le_node_check(const le_node *n) {
           !same_shape(s0, d) || !same_shape(s1, d))
         return fail("swiglu wants three same-shape F32 tensors", n);
       return 0;
+    case LE_OP_GEGLU:
+      if (n->n_src < 2 || !is_f32_rows(s0) || !is_f32_rows(s1) || !is_f32_rows(d) ||
+          !same_shape(s0, d) || !same_shape(s1, d))
+        return fail("geglu wants three same-shape F32 tensors", n);
+      return 0;
     case LE_OP_ROPE: {
       const int t = s0->type;
       const int nd = n->params[0], mode = n->params[1];
@@ -434,7 +452,8 @@ void le_node_compute(const le_node *n, const le_compute_params *p) {
     case LE_OP_SCALE: op_scale(n, p); break;
     case LE_OP_SILU:
     case LE_OP_GELU:
-    case LE_OP_SWIGLU: op_unary(n, p); break;
+    case LE_OP_SWIGLU:
+    case LE_OP_GEGLU: op_unary(n, p); break;
     case LE_OP_SOFT_MAX: op_soft_max(n, p); break;
     case LE_OP_ROPE: op_rope(n, p); break;
     case LE_OP_CPY: op_cpy(n, p); break;

@@ -109,6 +109,7 @@ export function opSupported(q: OpQuery): boolean {
     case Op.MUL:
     case Op.ADD:
     case Op.SWIGLU:
+    case Op.GEGLU:
       return s0 === F32 && s1 === F32 && q.dstType === F32;
     case Op.RMS_NORM:
     case Op.NORM:
@@ -136,6 +137,7 @@ const NSRC: Record<number, [number, number]> = {
   [Op.SCALE]: [1, 1],
   [Op.NORM]: [1, 1],
   [Op.GELU]: [1, 1],
+  [Op.GEGLU]: [2, 2],
 };
 
 // checkNode reports problems relative to the node (": msg", " dst: msg");
@@ -214,6 +216,7 @@ function checkNode(node: ExecNode): void {
       }
       break;
     case Op.SWIGLU:
+    case Op.GEGLU:
       need(rowsOf(a, F32) && rowsOf(b, F32) && rowsOf(d, F32), "rows must be contiguous F32");
       need(sameShape(a, d) && sameShape(b, d), "all three tensors must share a shape");
       break;

@@ -339,6 +339,20 @@ export class Graph {
     return this.#op(Op.SWIGLU, "swiglu", a.type, [...a.ne] as Dims, [a, b]);
   }
 
+  /** gelu(a) * b (ggml_geglu_split): same shape and type. */
+  geglu(a: Tensor, b: Tensor): Tensor {
+    this.#check(a), this.#check(b);
+    if (!sameShape(a, b) || a.type !== b.type || !isContiguousN(a, 1) || !isContiguousN(b, 1)) {
+      throw new GraphError(
+        `geglu: ${a.describe()} and ${b.describe()} must match with contiguous rows`,
+      );
+    }
+    if (!FLOAT_TYPES.has(a.type)) {
+      throw new GraphError(`geglu: needs F32/F16, got ${a.describe()}`);
+    }
+    return this.#op(Op.GEGLU, "geglu", a.type, [...a.ne] as Dims, [a, b]);
+  }
+
   /** x * s. */
   scale(x: Tensor, s: number): Tensor {
     this.#check(x);

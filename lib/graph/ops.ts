@@ -23,6 +23,7 @@ export const Op = {
   GELU: 13,
   SSM_CONV: 14,
   SSM_SCAN: 15,
+  GEGLU: 16,
 } as const;
 
 /** A graph op code. */

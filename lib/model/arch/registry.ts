@@ -6,6 +6,7 @@
  * @module
  */
 import { ModelError } from "../hparams.ts";
+import { gemma } from "./gemma.ts";
 import { llama } from "./llama.ts";
 import { qwen2 } from "./qwen2.ts";
 import type { Architecture } from "./types.ts";
@@ -14,6 +15,7 @@ import type { Architecture } from "./types.ts";
 export const ARCHITECTURES: readonly Architecture[] = [
   llama,
   qwen2,
+  gemma,
 ] as Architecture[];
 
 const BY_NAME = new Map<string, Architecture>(
