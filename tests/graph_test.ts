@@ -45,6 +45,8 @@ Deno.test("graph: op shapes and types follow ggml", () => {
   assert.equal(bitsF32(sm.params[0]), 0.125);
   assert.throws(() => g.softMax(kq, { mask: g.input("m2", F32, [16, 4]) }), /mask/);
   assert.throws(() => g.swiglu(x, b), /swiglu/);
+  assert.throws(() => g.geglu(x, b), /geglu/);
+  assert.equal(g.geglu(x, x).op, Op.GEGLU);
   assert.ok(new Graph().input("q", F32, [2]) && true);
   assert.throws(() => g.silu(new Graph().input("q", F32, [2])), GraphError);
 });

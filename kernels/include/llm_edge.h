@@ -44,6 +44,7 @@ enum le_op {
   LE_OP_SCALE = 11,    /* params f32[0] = s, f32[1] = bias (dst = x*s + b) */
   LE_OP_NORM = 12,     /* layer norm without affine; params f32[0] = eps */
   LE_OP_GELU = 13,
+  LE_OP_GEGLU = 14,    /* gelu(src0) * src1 (ggml_geglu_split) */
   LE_OP_COUNT
 };
 

@@ -151,6 +151,13 @@ static void op_unary(const le_node *n, const le_compute_params *p) {
   } else if (n->op == LE_OP_GELU) {
     const int fused = le_simd() != LE_SIMD_SCALAR;
     for (int64_t i = 0; i < d->ne[0]; i++) y[i] = gelu_table(x[i], fused);
+  } else if (n->op == LE_OP_GEGLU) {
+    /* ggml_vec_geglu_f32: the gelu table entry times the gate, and a plain
+     * +0 (not 0 * gate) below the -10 clamp. */
+    const int fused = le_simd() != LE_SIMD_SCALAR;
+    const float *g = (const float *)ROW(&n->src[1], i1, i2, i3);
+    for (int64_t i = 0; i < d->ne[0]; i++)
+      y[i] = x[i] <= -10.0f ? 0.0f : gelu_table(x[i], fused) * g[i];
   } else { /* SWIGLU */
     const float *g = (const float *)ROW(&n->src[1], i1, i2, i3);
     le_vec_swiglu_f32(d->ne[0], y, x, g);
@@ -353,7 +360,7 @@ static const int8_t min_src[LE_OP_COUNT] = {
     [LE_OP_GET_ROWS] = 2, [LE_OP_RMS_NORM] = 1, [LE_OP_MUL] = 2,  [LE_OP_ADD] = 2,
     [LE_OP_MUL_MAT] = 2,  [LE_OP_ROPE] = 2,     [LE_OP_SOFT_MAX] = 1, [LE_OP_SILU] = 1,
     [LE_OP_SWIGLU] = 2,   [LE_OP_CPY] = 1,      [LE_OP_SCALE] = 1, [LE_OP_NORM] = 1,
-    [LE_OP_GELU] = 1,
+    [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,
 };
 
 int le_node_check(const le_node *n) {
@@ -394,7 +401,8 @@ void le_node_compute(const le_node *n, const le_compute_params *p) {
     case LE_OP_SCALE: op_scale(n, p); break;
     case LE_OP_SILU:
     case LE_OP_GELU:
-    case LE_OP_SWIGLU: op_unary(n, p); break;
+    case LE_OP_SWIGLU:
+    case LE_OP_GEGLU: op_unary(n, p); break;
     case LE_OP_SOFT_MAX: op_soft_max(n, p); break;
     case LE_OP_ROPE: op_rope(n, p); break;
     case LE_OP_CPY: op_cpy(n, p); break;

@@ -99,11 +99,24 @@ function unaryRows(n: ExecNode, fn: (x: Float64Array, i1: number, i2: number, i3
 }
 
 const silu = (x: number) => x / (1 + Math.exp(-x));
+// ggml_gelu_f32's float constants.
+const GELU_A = Math.fround(0.044715), GELU_C = Math.fround(0.7978845608028654);
+/**
+ * ggml's f16 gelu table entry for x: ggml_gelu_f32 in float arithmetic, each
+ * step rounded as float (1 + tanh cancels, so float rounding shows in the
+ * f16 result), with 1 + a*x*x as the fma(a*x, x, 1) of the FMA builds (the
+ * C kernels' SIMD levels; the scalar level's x64 form differs at one input).
+ * Products of a float and an f16 value are exact in float64, so one fround
+ * rounds each step as float does (checked against ggml on every f16 input,
+ * tests/parity_gelu_test.ts).
+ */
 function gelu(x: number): number {
   if (x <= -10) return 0;
   if (x >= 10) return x;
+  const f = Math.fround;
   const h = fp16ToF32(f32ToFp16(x));
-  const g = 0.5 * h * (1 + Math.tanh(0.7978845608028654 * h * (1 + 0.044715 * h * h)));
+  const t = f(f(GELU_A * h) * h + 1);
+  const g = f(f(0.5 * h) * f(1 + f(Math.tanh(f(f(GELU_C * h) * t)))));
   return fp16ToF32(f32ToFp16(g));
 }
 
@@ -275,6 +288,14 @@ export function referenceCompute(n: ExecNode): void {
       return unaryRows(n, (x, i1, i2, i3) => {
         readRow(n.src[1], i1, i2, i3, g);
         x.forEach((v, i) => (x[i] = silu(v) * g[i]));
+      });
+    }
+    case Op.GEGLU: {
+      // ggml_vec_geglu_f32: +0 below the -10 clamp, not 0 * gate (-0 for a negative gate).
+      const g = new Float64Array(n.src[1].ne[0]);
+      return unaryRows(n, (x, i1, i2, i3) => {
+        readRow(n.src[1], i1, i2, i3, g);
+        x.forEach((v, i) => (x[i] = v <= -10 ? 0 : gelu(v) * g[i]));
       });
     }
     case Op.SCALE:

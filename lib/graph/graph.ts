@@ -304,6 +304,12 @@ export class Graph {
     return this.#ruled("swiglu", this.#op(Op.SWIGLU, "swiglu", a.type, [...a.ne] as Dims, [a, b]));
   }
 
+  /** gelu(a) * b (ggml_geglu_split): same shape and type. */
+  geglu(a: Tensor, b: Tensor): Tensor {
+    this.#check(a), this.#check(b);
+    return this.#ruled("geglu", this.#op(Op.GEGLU, "geglu", a.type, [...a.ne] as Dims, [a, b]));
+  }
+
   /** x * s. */
   scale(x: Tensor, s: number): Tensor {
     this.#check(x);

@@ -28,6 +28,7 @@ export const Op = {
   SCALE: 11,
   NORM: 12,
   GELU: 13,
+  GEGLU: 14,
 } as const;
 
 /** A graph op code. */
@@ -223,6 +224,16 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
   },
   [Op.SILU]: UNARY,
   [Op.SWIGLU]: {
+    src: [2, 2],
+    types: BINARY.types,
+    layout: (d, [a, b]) =>
+      !f32Rows(a, b, d)
+        ? "rows must be contiguous F32"
+        : !(sameShape(a, d) && sameShape(b, d))
+        ? "all three tensors must share a shape"
+        : undefined,
+  },
+  [Op.GEGLU]: {
     src: [2, 2],
     types: BINARY.types,
     layout: (d, [a, b]) =>

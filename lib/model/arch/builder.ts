@@ -253,8 +253,7 @@ export class GraphBuilder {
       const up = this.cb(this.bias(g.mulMat(this.w(f.up), x), f.upB), "ffn_up", il);
       cur = act === "silu"
         ? this.cb(g.swiglu(gate, up), "ffn_swiglu", il)
-        // ggml_vec_geglu_f32 is gelu(gate) * up, rounded the same way.
-        : this.cb(g.mul(g.gelu(gate), up), "ffn_geglu", il);
+        : this.cb(g.geglu(gate, up), "ffn_geglu", il);
     } else if (f.fusedGate) {
       const gu = this.cb(this.bias(g.mulMat(this.w(f.up), x), f.upB), "ffn_up", il);
       const nFF = gu.ne[0] / 2;

@@ -7,6 +7,7 @@
  */
 import { ModelError } from "../hparams.ts";
 import { bert } from "./bert.ts";
+import { gemma } from "./gemma.ts";
 import { llama } from "./llama.ts";
 import { phi3 } from "./phi3.ts";
 import { qwen2 } from "./qwen2.ts";
@@ -18,6 +19,7 @@ export const ARCHITECTURES: readonly Architecture[] = [
   qwen2,
   phi3,
   bert,
+  gemma,
 ] as Architecture[];
 
 const BY_NAME = new Map<string, Architecture>(
