@@ -29,6 +29,11 @@ import {
   layerAssignment,
   openBackends,
 } from "./backends.ts";
+import { ContextBusyError, ContextDisposedError, ContextError } from "./errors.ts";
+import { ContextLease } from "./lease.ts";
+
+export { ContextBusyError, ContextDisposedError, ContextError } from "./errors.ts";
+export { ContextLease, type LeaseOps } from "./lease.ts";
 import { FifoLock } from "./lock.ts";
 import { validateContextOptions, validateDecode } from "./options.ts";
 import { dryBackend, memoryShortfall } from "./sizing.ts";
@@ -75,33 +80,6 @@ export interface ContextOptions {
    * "result_norm", "result_output", ...). Off by default.
    */
   debugTaps?: readonly string[];
-}
-
-/** Thrown for invalid decode input (tokens, positions, context overflow). */
-export class ContextError extends Error {
-  /** Creates the error. */
-  constructor(message: string) {
-    super(message);
-    this.name = "ContextError";
-  }
-}
-
-/** Thrown by a context's methods after it was disposed (and by decodes it cancelled). */
-export class ContextDisposedError extends ContextError {
-  /** Creates the error. */
-  constructor(message: string) {
-    super(message);
-    this.name = "ContextDisposedError";
-  }
-}
-
-/** Thrown by a synchronous method (clear, truncate) while another caller holds the context. */
-export class ContextBusyError extends ContextError {
-  /** Creates the error. */
-  constructor(message: string) {
-    super(message);
-    this.name = "ContextBusyError";
-  }
 }
 
 /**
@@ -151,66 +129,6 @@ const forgotten = new FinalizationRegistry<Leftovers>(({ backends, use }) => {
 });
 
 let nextId = 1;
-
-/**
- * Exclusive use of a context, from {@link Context.acquire} until disposed:
- * its decode, clear and truncate run without waiting, and every other caller
- * of the context waits (decode) or is refused (clear, truncate).
- */
-export class ContextLease implements Disposable {
-  /** The context held. */
-  readonly context: Context;
-  #ops: LeaseOps | null;
-
-  /** Made by {@link Context.acquire}. */
-  constructor(context: Context, ops: LeaseOps) {
-    this.context = context;
-    this.#ops = ops;
-  }
-
-  #live(): LeaseOps {
-    if (!this.#ops) throw new ContextError("the context lease was released");
-    return this.#ops;
-  }
-
-  /** {@link Context.decode} without queueing (one at a time per lease). */
-  decode(tokens: ArrayLike<number>, opts: ContextDecodeOptions = {}): Promise<DecodeResult> {
-    try {
-      return this.#live().decode(tokens, opts);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  }
-
-  /** {@link Context.clear} for the holder. */
-  clear(): void {
-    this.#live().clear();
-  }
-
-  /** {@link Context.truncate} for the holder. */
-  truncate(pos: number): void {
-    this.#live().truncate(pos);
-  }
-
-  /** Lets the next caller have the context. */
-  [Symbol.dispose](): void {
-    const ops = this.#ops;
-    this.#ops = null;
-    ops?.release();
-  }
-}
-
-/** What a lease does, bound to its context. */
-export interface LeaseOps {
-  /** Decodes now. */
-  decode(tokens: ArrayLike<number>, opts: ContextDecodeOptions): Promise<DecodeResult>;
-  /** Clears now. */
-  clear(): void;
-  /** Truncates now. */
-  truncate(pos: number): void;
-  /** Releases the lock. */
-  release(): void;
-}
 
 /**
  * A model's inference state. Dispose it to free the cache and arenas; if a
