@@ -152,6 +152,18 @@ const BINARY: OpRule = {
   },
 };
 
+/** Gated units (silu or gelu of src0, times src1): three same-shape F32 tensors. */
+const GLU: OpRule = {
+  src: [2, 2],
+  types: BINARY.types,
+  layout: (d, [a, b]) =>
+    !f32Rows(a, b, d)
+      ? "rows must be contiguous F32"
+      : !(sameShape(a, d) && sameShape(b, d))
+      ? "all three tensors must share a shape"
+      : undefined,
+};
+
 /** Every op's rules, by op code (a code missing here is not an op). */
 const OP_RULES: Readonly<Record<number, OpRule>> = {
   [Op.NONE]: { src: [0, 3], types: () => true },
@@ -223,26 +235,8 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
     },
   },
   [Op.SILU]: UNARY,
-  [Op.SWIGLU]: {
-    src: [2, 2],
-    types: BINARY.types,
-    layout: (d, [a, b]) =>
-      !f32Rows(a, b, d)
-        ? "rows must be contiguous F32"
-        : !(sameShape(a, d) && sameShape(b, d))
-        ? "all three tensors must share a shape"
-        : undefined,
-  },
-  [Op.GEGLU]: {
-    src: [2, 2],
-    types: BINARY.types,
-    layout: (d, [a, b]) =>
-      !f32Rows(a, b, d)
-        ? "rows must be contiguous F32"
-        : !(sameShape(a, d) && sameShape(b, d))
-        ? "all three tensors must share a shape"
-        : undefined,
-  },
+  [Op.SWIGLU]: GLU,
+  [Op.GEGLU]: GLU,
   [Op.CPY]: {
     src: [1, 1],
     types: (d, [s0]) => FLOAT_TYPES.includes(s0) && CPY_DST_TYPES.includes(d),
