@@ -108,7 +108,7 @@ const GELU_A = Math.fround(0.044715), GELU_C = Math.fround(0.7978845608028654);
  * C kernels' SIMD levels; the scalar level's x64 form differs at one input).
  * Products of a float and an f16 value are exact in float64, so one fround
  * rounds each step as float does (checked against ggml on every f16 input,
- * tests/parity_gelu_test.ts).
+ * the GELU parity test, parity_gelu_test.ts).
  */
 function gelu(x: number): number {
   if (x <= -10) return 0;
