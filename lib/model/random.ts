@@ -240,6 +240,91 @@ export async function writeRandomGGUF(path: string, spec: RandomModelSpec): Prom
   await writeGGUFFile(path, { kv, tensors });
 }
 
+/** The shape of a llama-layout model ({@link llamaTensors}, {@link llamaMeta}). */
+export interface LlamaShape {
+  /** Embedding width. */
+  readonly nEmbd: number;
+  /** Transformer blocks. */
+  readonly nLayer: number;
+  /** Query heads. */
+  readonly nHead: number;
+  /** Key/value heads. */
+  readonly nHeadKv: number;
+  /** Feed-forward width. */
+  readonly nFF: number;
+  /** Vocabulary size. */
+  readonly nVocab: number;
+  /** Training context written to the metadata. */
+  readonly nCtxTrain: number;
+}
+
+/** Optional parts of the llama layout (llama.cpp's optional tensors). */
+export interface LlamaLayoutOptions {
+  /** `attn_q/k/v.bias` (qwen2). */
+  qkvBias?: boolean;
+  /** `attn_output.bias` and `ffn_gate/up/down.bias` (llama's optional biases). */
+  llamaBiases?: boolean;
+  /** No `output.weight`: the head is tied to `token_embd`. */
+  tied?: boolean;
+  /** `output.bias`. */
+  outputBias?: boolean;
+  /** std of `token_embd` and `output` (default: the spec's). */
+  headStd?: number;
+}
+
+/** llama's tensors in llama.cpp's names and file order. */
+export function llamaTensors(s: LlamaShape, o: LlamaLayoutOptions = {}): RandomTensor[] {
+  const { nEmbd, nFF, nVocab } = s;
+  const nKv = (nEmbd / s.nHead) * s.nHeadKv;
+  const tensors: RandomTensor[] = [];
+  const matrix = (name: string, ne: number[], std?: number) =>
+    tensors.push({ name, ne, kind: "matrix", std });
+  const vec = (name: string, n: number, kind: "norm" | "bias") =>
+    tensors.push({ name, ne: [n], kind });
+  matrix("token_embd.weight", [nEmbd, nVocab], o.headStd);
+  for (let i = 0; i < s.nLayer; i++) {
+    const b = `blk.${i}.`;
+    vec(`${b}attn_norm.weight`, nEmbd, "norm");
+    matrix(`${b}attn_q.weight`, [nEmbd, nEmbd]);
+    matrix(`${b}attn_k.weight`, [nEmbd, nKv]);
+    matrix(`${b}attn_v.weight`, [nEmbd, nKv]);
+    if (o.qkvBias) {
+      vec(`${b}attn_q.bias`, nEmbd, "bias");
+      vec(`${b}attn_k.bias`, nKv, "bias");
+      vec(`${b}attn_v.bias`, nKv, "bias");
+    }
+    matrix(`${b}attn_output.weight`, [nEmbd, nEmbd]);
+    if (o.llamaBiases) vec(`${b}attn_output.bias`, nEmbd, "bias");
+    vec(`${b}ffn_norm.weight`, nEmbd, "norm");
+    matrix(`${b}ffn_gate.weight`, [nEmbd, nFF]);
+    matrix(`${b}ffn_up.weight`, [nEmbd, nFF]);
+    matrix(`${b}ffn_down.weight`, [nFF, nEmbd]);
+    if (o.llamaBiases) {
+      vec(`${b}ffn_gate.bias`, nFF, "bias");
+      vec(`${b}ffn_up.bias`, nFF, "bias");
+      vec(`${b}ffn_down.bias`, nEmbd, "bias");
+    }
+  }
+  vec("output_norm.weight", nEmbd, "norm");
+  if (!o.tied) matrix("output.weight", [nEmbd, nVocab], o.headStd);
+  if (o.outputBias) vec("output.bias", nVocab, "bias");
+  return tensors;
+}
+
+/** llama's hyper-parameter metadata (keys after the architecture prefix). */
+export function llamaMeta(s: LlamaShape): Record<string, RandomMetaValue> {
+  return {
+    context_length: s.nCtxTrain,
+    embedding_length: s.nEmbd,
+    block_count: s.nLayer,
+    feed_forward_length: s.nFF,
+    "rope.dimension_count": s.nEmbd / s.nHead,
+    "attention.head_count": s.nHead,
+    "attention.head_count_kv": s.nHeadKv,
+    "attention.layer_norm_rms_epsilon": { f32: 1e-5 },
+  };
+}
+
 /**
  * Writes a llama-architecture GGUF with random weights to `path` (token
  * embedding, untied output, per-layer attention and SwiGLU feed-forward).
@@ -255,41 +340,20 @@ export async function writeRandomLlama(path: string, opts: RandomLlamaOptions = 
   if (nEmbd % nHead !== 0 || nHead % nHeadKv !== 0) {
     throw new RangeError("writeRandomLlama: nEmbd must divide by nHead, nHead by nHeadKv");
   }
-  const headDim = nEmbd / nHead;
-  const nVocab = await randomVocabSize(opts);
-  const tensors: RandomTensor[] = [];
-  const matrix = (name: string, cols: number, rows: number) =>
-    tensors.push({ name, ne: [cols, rows], kind: "matrix" });
-  const norm = (name: string) => tensors.push({ name, ne: [nEmbd], kind: "norm" });
-  matrix("token_embd.weight", nEmbd, nVocab);
-  for (let i = 0; i < nLayer; i++) {
-    const b = `blk.${i}.`;
-    norm(`${b}attn_norm.weight`);
-    matrix(`${b}attn_q.weight`, nEmbd, nEmbd);
-    matrix(`${b}attn_k.weight`, nEmbd, headDim * nHeadKv);
-    matrix(`${b}attn_v.weight`, nEmbd, headDim * nHeadKv);
-    matrix(`${b}attn_output.weight`, nEmbd, nEmbd);
-    norm(`${b}ffn_norm.weight`);
-    matrix(`${b}ffn_gate.weight`, nEmbd, nFF);
-    matrix(`${b}ffn_up.weight`, nEmbd, nFF);
-    matrix(`${b}ffn_down.weight`, nFF, nEmbd);
-  }
-  norm("output_norm.weight");
-  matrix("output.weight", nEmbd, nVocab);
+  const shape: LlamaShape = {
+    nEmbd,
+    nLayer,
+    nHead,
+    nHeadKv,
+    nFF,
+    nVocab: await randomVocabSize(opts),
+    nCtxTrain: opts.nCtxTrain ?? 2048,
+  };
   await writeRandomGGUF(path, {
     arch: "llama",
     name: "random-llama",
-    meta: {
-      context_length: opts.nCtxTrain ?? 2048,
-      embedding_length: nEmbd,
-      block_count: nLayer,
-      feed_forward_length: nFF,
-      "rope.dimension_count": headDim,
-      "attention.head_count": nHead,
-      "attention.head_count_kv": nHeadKv,
-      "attention.layer_norm_rms_epsilon": { f32: 1e-5 },
-    },
-    tensors,
+    meta: llamaMeta(shape),
+    tensors: llamaTensors(shape),
     type: typeName,
     std: opts.std,
     seed: opts.seed,

@@ -7,8 +7,9 @@
  * `output.weight`).
  */
 import {
+  llamaMeta,
+  llamaTensors,
   type RandomMetaValue,
-  type RandomTensor,
   writeRandomGGUF,
 } from "../../lib/model/random.ts";
 
@@ -54,41 +55,8 @@ export const VARIANT_SHAPE = {
  * llama.cpp's near-tie threshold.
  */
 export async function writeLlamaVariant(path: string, o: LlamaVariantOptions): Promise<void> {
-  const { nEmbd, nLayer, nHead, nHeadKv, nFF, nVocab, nCtxTrain } = VARIANT_SHAPE;
-  const headDim = nEmbd / nHead;
-  const nKv = headDim * nHeadKv;
-  const tensors: RandomTensor[] = [];
-  const matrix = (name: string, ne: number[], std?: number) =>
-    tensors.push({ name, ne, kind: "matrix", std });
-  const vec = (name: string, n: number, kind: "norm" | "bias") =>
-    tensors.push({ name, ne: [n], kind });
-  matrix("token_embd.weight", [nEmbd, nVocab], HEAD_STD);
-  for (let i = 0; i < nLayer; i++) {
-    const b = `blk.${i}.`;
-    vec(`${b}attn_norm.weight`, nEmbd, "norm");
-    matrix(`${b}attn_q.weight`, [nEmbd, nEmbd]);
-    matrix(`${b}attn_k.weight`, [nEmbd, nKv]);
-    matrix(`${b}attn_v.weight`, [nEmbd, nKv]);
-    if (o.qkvBias) {
-      vec(`${b}attn_q.bias`, nEmbd, "bias");
-      vec(`${b}attn_k.bias`, nKv, "bias");
-      vec(`${b}attn_v.bias`, nKv, "bias");
-    }
-    matrix(`${b}attn_output.weight`, [nEmbd, nEmbd]);
-    if (o.llamaBiases) vec(`${b}attn_output.bias`, nEmbd, "bias");
-    vec(`${b}ffn_norm.weight`, nEmbd, "norm");
-    matrix(`${b}ffn_gate.weight`, [nEmbd, nFF]);
-    matrix(`${b}ffn_up.weight`, [nEmbd, nFF]);
-    matrix(`${b}ffn_down.weight`, [nFF, nEmbd]);
-    if (o.llamaBiases) {
-      vec(`${b}ffn_gate.bias`, nFF, "bias");
-      vec(`${b}ffn_up.bias`, nFF, "bias");
-      vec(`${b}ffn_down.bias`, nEmbd, "bias");
-    }
-  }
-  vec("output_norm.weight", nEmbd, "norm");
-  if (!o.tied) matrix("output.weight", [nEmbd, nVocab], HEAD_STD);
-  if (o.outputBias) vec("output.bias", nVocab, "bias");
+  const headDim = VARIANT_SHAPE.nEmbd / VARIANT_SHAPE.nHead;
+  const tensors = llamaTensors(VARIANT_SHAPE, { ...o, headStd: HEAD_STD });
   // Divisors from 1 to 8 over the pairs, like llama3's smooth low-frequency scaling.
   if (o.ropeFreqs) {
     const n = headDim / 2;
@@ -101,21 +69,11 @@ export async function writeLlamaVariant(path: string, o: LlamaVariantOptions): P
   }
   await writeRandomGGUF(path, {
     arch: o.arch,
-    meta: {
-      context_length: nCtxTrain,
-      embedding_length: nEmbd,
-      block_count: nLayer,
-      feed_forward_length: nFF,
-      "rope.dimension_count": headDim,
-      "attention.head_count": nHead,
-      "attention.head_count_kv": nHeadKv,
-      "attention.layer_norm_rms_epsilon": { f32: 1e-5 },
-      ...o.meta,
-    },
+    meta: { ...llamaMeta(VARIANT_SHAPE), ...o.meta },
     tensors,
     type: o.type ?? "f32",
     std: 0.08,
     seed: o.seed ?? 1,
-    nVocab,
+    nVocab: VARIANT_SHAPE.nVocab,
   });
 }
