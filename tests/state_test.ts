@@ -13,6 +13,18 @@ import { kvStateInfo, planKvRestore, restoreKvState, saveKvState } from "../lib/
 import { Mt19937 } from "../lib/sample/rng.ts";
 import { samplerChainFromOptions } from "../lib/sample/chain.ts";
 import { mulberry32 } from "./rng.ts";
+import { fileURLToPath } from "node:url";
+import { Context } from "../lib/runtime/context.ts";
+import { Model } from "../lib/model/model.ts";
+import { type SamplerChain } from "../lib/sample/chain.ts";
+import { SameFileError } from "../lib/fs/atomic.ts";
+import {
+  loadState,
+  saveState,
+  StateError,
+  stateFromBytes,
+  stateToBytes,
+} from "../lib/runtime/state.ts";
 
 const host = {
   name: "host",
@@ -249,4 +261,112 @@ Deno.test("rng state: mt19937 and a seeded chain continue the same draws", () =>
   const miro = samplerChainFromOptions({ nVocab: 50, mirostat: 2 });
   assert.match(miro.checkState(st)!, /samplers in the state|is "/);
   assert.throws(() => miro.setState(st), /sampler state: /);
+});
+
+// ---- contexts ------------------------------------------------------------------
+
+const MODEL = fileURLToPath(new URL("../models/tolstoy-6m-f16.gguf", import.meta.url));
+const MODEL_F32 = fileURLToPath(
+  new URL("../../shared/models/tolstoy-6m-f32.gguf", import.meta.url),
+);
+const PROMPT = "The prince looked at the old countess and said";
+
+function argmax(x: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < x.length; i++) if (x[i] > x[b]) b = i;
+  return b;
+}
+
+// n tokens of sequence `seq`, each picked from the logits before it (greedy
+// or by `sampler`), with the logits of every step.
+async function continueSeq(
+  ctx: Context,
+  logits: Float32Array,
+  n: number,
+  o: { seq?: number; sampler?: SamplerChain } = {},
+): Promise<{ tokens: number[]; logits: Float32Array[]; last: Float32Array }> {
+  const tokens: number[] = [], seen: Float32Array[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = o.sampler ? o.sampler.sample(logits) : argmax(logits);
+    o.sampler?.accept(t);
+    tokens.push(t);
+    seen.push(logits);
+    const r = await ctx.decodeBatch({ tokens: [t], seqIds: [o.seq ?? 0] });
+    logits = r.logits[0];
+  }
+  return { tokens, logits: seen, last: logits };
+}
+
+const SAMPLING = { temperature: 0.9, topK: 40, topP: 0.95, minP: 0.05, seed: 1234 };
+
+Deno.test("state: a saved context resumes token for token, from a file and from bytes", async () => {
+  using model = await Model.load(MODEL);
+  const opts = { nVocab: model.hparams.nVocab, ...SAMPLING };
+  const prompt = model.tokenizer.encode(PROMPT);
+  using a = await Context.create(model, { nCtx: 256, threads: 2 });
+  const sampler = samplerChainFromOptions(opts);
+  let { logits: [logits] } = await a.decode(prompt);
+  // a few draws first, so the saved generator is mid-stream
+  const head = await continueSeq(a, logits, 4, { sampler });
+  logits = head.last;
+  const tokens = [...prompt, ...head.tokens];
+  const dir = await Deno.makeTempDir();
+  const path = `${dir}/a.state`;
+  await saveState(a, path, { tokens, logits, sampler });
+  const bytes = await stateToBytes(a, { logits });
+  const seeded = await continueSeq(a, logits, 16, { sampler });
+  a.seqRm(0, tokens.length);
+  const greedy = await continueSeq(a, logits, 16);
+
+  using b = await Context.create(model, { nCtx: 256, threads: 2 });
+  await b.decode(model.tokenizer.encode("Something else entirely, to be replaced."));
+  const resumed = samplerChainFromOptions(opts);
+  resumed.sample(logits); // a different generator state, which the load replaces
+  const st = await loadState(b, path, { sampler: resumed });
+  assert.deepEqual(st.tokens.get(0), tokens);
+  assert.deepEqual(st.logits, [logits]);
+  assert.equal(b.seqPosMax(0), tokens.length - 1);
+  const got = await continueSeq(b, st.logits[0], 16, { sampler: resumed });
+  assert.deepEqual(got.tokens, seeded.tokens);
+  assert.deepEqual(got.logits, seeded.logits, "bit-identical logits");
+
+  using c = await Context.create(model, { nCtx: 256, threads: 2 });
+  const mem = await stateFromBytes(c, bytes);
+  assert.equal(mem.tokens.size, 0);
+  const again = await continueSeq(c, mem.logits[0], 16);
+  assert.deepEqual(again.tokens, greedy.tokens);
+  assert.deepEqual(again.logits, greedy.logits);
+  // the model file is never overwritten by a state
+  await assert.rejects(saveState(a, MODEL), SameFileError);
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("state: a sequence saved from seq 0 continues in seq 2 of another context", async () => {
+  using model = await Model.load(MODEL);
+  const prompt = model.tokenizer.encode(PROMPT);
+  using a = await Context.create(model, { nCtx: 256, nSeqMax: 3, threads: 2 });
+  const natasha = model.tokenizer.encode("Natasha");
+  await a.decodeBatch({ tokens: natasha, seqIds: natasha.map(() => 1) });
+  let { logits: [logits] } = await a.decodeBatch({ tokens: prompt, seqIds: prompt.map(() => 0) });
+  const bytes = await stateToBytes(a, { seq: 0, tokens: prompt, logits });
+  const want = await continueSeq(a, logits, 12);
+
+  using b = await Context.create(model, { nCtx: 256, nSeqMax: 3, threads: 2 });
+  const other = model.tokenizer.encode("Pierre walked through the snow");
+  await b.decodeBatch({ tokens: other, seqIds: other.map(() => 0) });
+  await b.decodeBatch({ tokens: [5, 6, 7], seqIds: [2, 2, 2] }); // replaced by the load
+  const before0 = saveKvState(b.kvCache!, 0);
+  const st = await stateFromBytes(b, bytes, { dstSeq: 2 });
+  assert.equal(st.seq, 2);
+  assert.deepEqual(st.tokens.get(2), prompt);
+  assert.equal(b.seqPosMax(2), prompt.length - 1);
+  assert.deepEqual(saveKvState(b.kvCache!, 0), before0, "sequence 0 untouched");
+  logits = st.logits[0];
+  const got = await continueSeq(b, logits, 12, { seq: 2 });
+  // Other cells around it change the order of the attention sums, not the picks.
+  assert.deepEqual(got.tokens, want.tokens);
+  got.logits.forEach((l, i) => {
+    const d = l.reduce((m, x, j) => Math.max(m, Math.abs(x - want.logits[i][j])), 0);
+    assert.ok(d < 1e-3, `step ${i}: logits differ by ${d}`);
+  });
 });

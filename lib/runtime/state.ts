@@ -1,23 +1,26 @@
 /**
  * State files: a whole context (every cell of its KV cache with its keys
- * and values) or one sequence of it, with the tokens behind it and the
- * random state of a sampler chain, so a generation stops and later resumes
- * token for token, in another process or another context of the same model.
+ * and values) or one sequence of it, with the tokens behind it, the logits
+ * of the last decode and the random state of a sampler chain, so a
+ * generation stops and later resumes token for token, in another process
+ * or another context of the same model.
  *
- * ```ts
- * import { Context, Model, samplerChainFromOptions } from "@llm-edge/llm-edge";
- * import { loadState, saveState } from "@llm-edge/llm-edge";
+ * ```ts ignore
+ * import { Context, loadState, Model, samplerChainFromOptions, saveState } from "@llm-edge/llm-edge";
  *
  * using model = await Model.load("model.gguf");
+ * const opts = { nVocab: model.hparams.nVocab, temperature: 0.8, seed: 42 };
  * using ctx = await Context.create(model, { nCtx: 512 });
  * const prompt = model.tokenizer.encode("The prince");
- * await ctx.decode(prompt);
- * const sampler = samplerChainFromOptions({ nVocab: model.hparams.nVocab, temperature: 0.8, seed: 42 });
- * await saveState(ctx, "prince.state", { tokens: prompt, sampler });
+ * const { logits } = await ctx.decode(prompt);
+ * const sampler = samplerChainFromOptions(opts);
+ * await saveState(ctx, "prince.state", { tokens: prompt, logits, sampler });
  *
+ * // later, elsewhere: the same tokens follow as if nothing had happened
  * using other = await Context.create(model, { nCtx: 512 });
- * const { tokens } = await loadState(other, "prince.state", { sampler });
- * // `other` continues exactly where `ctx` was; tokens.get(0) is the prompt
+ * const again = samplerChainFromOptions(opts);
+ * const st = await loadState(other, "prince.state", { sampler: again });
+ * const next = again.sample(st.logits[0]); // what `sampler` would pick in `ctx`
  * ```
  *
  * The file layout and its checksums are in ./state_format.ts.
@@ -46,8 +49,10 @@ import type { Context } from "./context.ts";
 import {
   assemble,
   concat,
+  decodeLogits,
   decodeSampler,
   decodeTokens,
+  encodeLogits,
   encodeSampler,
   encodeTokens,
   type Fail,
@@ -67,6 +72,7 @@ export {
   type StateHeader,
   type StateModelIdentity,
 } from "./state_format.ts";
+
 /** Options of {@link saveState} and {@link stateToBytes}. */
 export interface StateSaveOptions {
   /** Save only this sequence's cells (llama_state_seq_get_data); default: the whole context. */
@@ -78,6 +84,12 @@ export interface StateSaveOptions {
   tokens?: ArrayLike<number> | ReadonlyMap<number, ArrayLike<number>>;
   /** A sampler chain whose random state is saved (see {@link SamplerChain.getState}). */
   sampler?: SamplerChain;
+  /**
+   * Output rows to carry, typically the logits of the last decode, so the
+   * loader samples the next token without decoding again (llama.cpp's
+   * state carries its output buffer the same way).
+   */
+  logits?: Float32Array | readonly Float32Array[];
   /** Cancels the wait for the context. */
   signal?: AbortSignal;
 }
@@ -104,6 +116,8 @@ export interface StateLoadResult {
   readonly tokens: Map<number, number[]>;
   /** The saved sampler state (restored into `sampler` when one was given), if any. */
   readonly samplerState?: SamplerChainState;
+  /** The output rows carried ({@link StateSaveOptions.logits}), else empty. */
+  readonly logits: Float32Array[];
 }
 
 /**
@@ -134,7 +148,7 @@ export async function loadState(
 /** The state of `ctx` (or of sequence `opts.seq`) as the bytes of a state file. */
 export async function stateToBytes(ctx: Context, opts: StateSaveOptions = {}): Promise<Uint8Array> {
   const seq = opts.seq ?? -1;
-  const nSeqMax = ctxSeqMax(ctx);
+  const nSeqMax = ctx.nSeqMax;
   if (seq !== -1 && (!Number.isInteger(seq) || seq < 0 || seq >= nSeqMax)) {
     throw new StateError("usage", `save: sequence ${seq} outside [0, ${nSeqMax})`);
   }
@@ -149,6 +163,8 @@ export async function stateToBytes(ctx: Context, opts: StateSaveOptions = {}): P
   const sections: Array<[SectionName, Uint8Array]> = [["kv", kvBytes]];
   if (tokens.size) sections.push(["tokens", encodeTokens(tokens)]);
   if (opts.sampler) sections.push(["sampler", encodeSampler(opts.sampler.getState())]);
+  const rows = opts.logits instanceof Float32Array ? [opts.logits] : opts.logits ?? [];
+  if (rows.length) sections.push(["logits", encodeLogits(rows)]);
   return await assemble({
     writer: "llm-edge",
     model,
@@ -178,7 +194,7 @@ export async function stateFromBytes(
   const { header, sections } = await readState(bytes, fail);
   const model = await modelIdentity(ctx.model);
   checkModel(header.model, model, fail);
-  const nSeqMax = ctxSeqMax(ctx);
+  const nSeqMax = ctx.nSeqMax;
   if (header.context.kvType !== ctx.kvType) {
     fail("context", `KV type: file ${header.context.kvType} vs context ${ctx.kvType}`);
   }
@@ -196,6 +212,8 @@ export async function stateFromBytes(
     tokens.clear();
     if (t) tokens.set(dst, t);
   }
+  const { nVocab, nEmbd } = ctx.model.hparams;
+  const logits = decodeLogits(sections.get("logits"), [nVocab, nEmbd], fail);
   const samplerBytes = sections.get("sampler");
   const samplerState = samplerBytes ? decodeSampler(samplerBytes, fail) : undefined;
   if (opts.sampler) {
@@ -229,7 +247,7 @@ export async function stateFromBytes(
   // Nothing below can fail: every check is done.
   applyKvRestore(kv, plan!);
   if (opts.sampler && samplerState) opts.sampler.setState(samplerState);
-  return { header, seq: dst, nCells: plan!.nCells, tokens, samplerState };
+  return { header, seq: dst, nCells: plan!.nCells, tokens, samplerState, logits };
 }
 
 /** Reads and checks the preamble, header and section checksums of a state (no model checks). */
@@ -243,15 +261,11 @@ export async function readStateHeader(bytes: Uint8Array): Promise<StateHeader> {
 // ---- context access ----------------------------------------------------------
 
 function cacheOf(ctx: Context, what: string): KvCache {
-  const kv = (ctx as unknown as { kvCache: KvCache | null }).kvCache;
+  const kv = ctx.kvCache;
   if (!kv) {
     throw new StateError("usage", `${what}: ${ctx.label} has no KV cache (an encoder model)`);
   }
   return kv;
-}
-
-function ctxSeqMax(ctx: Context): number {
-  return (ctx as unknown as { nSeqMax?: number }).nSeqMax ?? 1;
 }
 
 // ---- model identity ------------------------------------------------------------
@@ -336,7 +350,7 @@ function tokenEntries(
     : t instanceof Map
     ? new Map(t)
     : new Map([[seq, t as ArrayLike<number>]]);
-  const nVocab = ctx.model.hparams.nVocab, nSeqMax = ctxSeqMax(ctx);
+  const nVocab = ctx.model.hparams.nVocab, nSeqMax = ctx.nSeqMax;
   for (const [s, list] of m) {
     if (!Number.isInteger(s) || s < 0 || s >= nSeqMax) {
       throw new StateError("usage", `save: tokens for sequence ${s} outside [0, ${nSeqMax})`);

@@ -4,8 +4,8 @@
  * header length, total file length, SHA-256 of the header), a JSON header
  * (model identity, context shape, what the file holds, and per section its
  * name, offset, length and SHA-256), then the sections: `kv` (cells and K/V
- * bytes, lib/kv/state.ts), `tokens` (token ids per sequence) and `sampler`
- * (mt19937 states and mirostat's mu).
+ * bytes, lib/kv/state.ts), `tokens` (token ids per sequence), `sampler`
+ * (mt19937 states and mirostat's mu) and `logits` (output rows).
  *
  * Checksums are SHA-256 through `crypto.subtle`: it runs natively at GB/s,
  * faster than a CRC32 written in TypeScript over caches of hundreds of MB,
@@ -45,7 +45,8 @@ export class StateError extends Error {
 export const STATE_VERSION = 1;
 const MAGIC = "LLMSTATE";
 const PREAMBLE = 56;
-const SECTIONS = ["kv", "tokens", "sampler"] as const;
+const SECTIONS = ["kv", "tokens", "sampler", "logits"] as const;
+/** The sections a state file may hold. */
 export type SectionName = typeof SECTIONS[number];
 
 /** Which model a state belongs to. */
@@ -110,11 +111,13 @@ export const ID_FIELDS = [
 
 // ---- container -------------------------------------------------------------------
 
+/** SHA-256 of `b`, lowercase hex. */
 export async function sha256(b: Uint8Array): Promise<string> {
   const d = new Uint8Array(await crypto.subtle.digest("SHA-256", b as Uint8Array<ArrayBuffer>));
   return Array.from(d, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
+/** The arrays one after the other. */
 export function concat(parts: readonly Uint8Array[]): Uint8Array {
   const out = new Uint8Array(parts.reduce((s, p) => s + p.length, 0));
   let o = 0;
@@ -122,6 +125,7 @@ export function concat(parts: readonly Uint8Array[]): Uint8Array {
   return out;
 }
 
+/** A state file from its header (section table filled in here) and sections. */
 export async function assemble(
   header: StateHeader,
   sections: ReadonlyArray<[SectionName, Uint8Array]>,
@@ -147,11 +151,18 @@ export async function assemble(
   return concat([pre, json, ...sections.map(([, d]) => d)]);
 }
 
+/** A checked state file: its header and its sections by name. */
 export interface ReadState {
+  /** The header. */
   header: StateHeader;
+  /** Section bytes (views into the file). */
   sections: Map<SectionName, Uint8Array>;
 }
 
+/**
+ * Checks a state file's preamble, header, section table and checksums, and
+ * that its kv section holds what the header says; `bad` throws.
+ */
 export async function readState(bytes: Uint8Array, bad: Fail): Promise<ReadState> {
   if (bytes.length < PREAMBLE) {
     bad("truncated", `truncated at offset ${bytes.length}: the preamble takes ${PREAMBLE} bytes`);
@@ -256,7 +267,9 @@ function checkHeaderShape(h: StateHeader, bad: Fail): void {
   });
 }
 
-// ---- tokens and sampler sections ---------------------------------------------------
+// ---- tokens, sampler and logits sections ------------------------------------------
+
+/** The `tokens` section: count, then per sequence (ascending) its id, length and ids. */
 export function encodeTokens(m: Map<number, ArrayLike<number>>): Uint8Array {
   const seqs = [...m.keys()].sort((a, b) => a - b);
   const n = seqs.reduce((s, q) => s + 2 + m.get(q)!.length, 1);
@@ -271,6 +284,7 @@ export function encodeTokens(m: Map<number, ArrayLike<number>>): Uint8Array {
   return new Uint8Array(out.buffer);
 }
 
+/** Reads the `tokens` section, checking ids and sequence numbers against the header. */
 export function decodeTokens(
   b: Uint8Array | undefined,
   h: StateHeader,
@@ -309,6 +323,7 @@ export function decodeTokens(
   return m;
 }
 
+/** The `sampler` section: per sampler its name, flags, mt19937 state and mu. */
 export function encodeSampler(st: SamplerChainState): Uint8Array {
   const enc = new TextEncoder();
   const parts: Uint8Array[] = [];
@@ -324,6 +339,7 @@ export function encodeSampler(st: SamplerChainState): Uint8Array {
   return concat(parts);
 }
 
+/** Reads the `sampler` section. */
 export function decodeSampler(
   b: Uint8Array,
   fail: Fail,
@@ -363,4 +379,40 @@ export function decodeSampler(
   }
   if (o !== b.length) fail("format", `section sampler: ${b.length - o} bytes left over`);
   return { samplers };
+}
+
+/** The `logits` section: count, then per row its width and float32 values. */
+export function encodeLogits(rows: readonly Float32Array[]): Uint8Array {
+  const parts: Uint8Array[] = [new Uint8Array(Uint32Array.of(rows.length).buffer)];
+  for (const r of rows) {
+    parts.push(new Uint8Array(Uint32Array.of(r.length).buffer), new Uint8Array(r.slice().buffer));
+  }
+  return concat(parts);
+}
+
+/** Reads the `logits` section; every row must be `widths` wide (vocabulary or embedding). */
+export function decodeLogits(
+  b: Uint8Array | undefined,
+  widths: readonly number[],
+  fail: Fail,
+): Float32Array[] {
+  if (!b) return [];
+  const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  const rows: Float32Array[] = [];
+  let o = 0;
+  const u32 = (what: string) => {
+    if (o + 4 > b.length) fail("format", `section logits: truncated at offset ${o} (${what})`);
+    o += 4;
+    return dv.getUint32(o - 4, true);
+  };
+  const n = u32("count");
+  for (let k = 0; k < n; k++) {
+    const w = u32("width");
+    if (!widths.includes(w)) fail("format", `section logits: row ${k} has ${w} values`);
+    if (o + 4 * w > b.length) fail("format", `section logits: row ${k} truncated at offset ${o}`);
+    rows.push(Float32Array.from({ length: w }, (_, i) => dv.getFloat32(o + 4 * i, true)));
+    o += 4 * w;
+  }
+  if (o !== b.length) fail("format", `section logits: ${b.length - o} bytes left over`);
+  return rows;
 }
