@@ -14,15 +14,19 @@ import { Mt19937 } from "../lib/sample/rng.ts";
 import { samplerChainFromOptions } from "../lib/sample/chain.ts";
 import { mulberry32 } from "./rng.ts";
 import { fileURLToPath } from "node:url";
-import { Context } from "../lib/runtime/context.ts";
+import { Context, type ContextOptions } from "../lib/runtime/context.ts";
+import { writeRandomLlama } from "../lib/model/random.ts";
+import { assemble, type SectionName, type StateHeader } from "../lib/runtime/state_format.ts";
 import { Model } from "../lib/model/model.ts";
-import { type SamplerChain } from "../lib/sample/chain.ts";
+import type { SamplerChain } from "../lib/sample/chain.ts";
 import { SameFileError } from "../lib/fs/atomic.ts";
 import {
   loadState,
+  readStateHeader,
   saveState,
   StateError,
   stateFromBytes,
+  type StateLoadOptions,
   stateToBytes,
 } from "../lib/runtime/state.ts";
 
@@ -370,3 +374,219 @@ Deno.test("state: a sequence saved from seq 0 continues in seq 2 of another cont
     assert.ok(d < 1e-3, `step ${i}: logits differ by ${d}`);
   });
 });
+
+// A state rebuilt with `edit` applied to its header and sections, with fresh
+// checksums: corruptions that only the checks behind the checksums catch.
+interface EditableHeader {
+  model: Record<string, unknown>;
+  content: unknown;
+  [k: string]: unknown;
+}
+
+async function rebuild(
+  bytes: Uint8Array,
+  edit: (h: EditableHeader, s: Map<string, Uint8Array>) => void,
+): Promise<Uint8Array> {
+  const orig = await readStateHeader(bytes);
+  const base = 56 + new DataView(bytes.buffer, bytes.byteOffset).getUint32(12, true);
+  const s = new Map<string, Uint8Array>(
+    orig.sections.map((x) => [x.name, bytes.slice(base + x.offset, base + x.offset + x.length)]),
+  );
+  const h = structuredClone(orig) as unknown as EditableHeader;
+  edit(h, s);
+  return await assemble(h as unknown as StateHeader, [...s] as Array<[SectionName, Uint8Array]>);
+}
+
+function sectionAt(bytes: Uint8Array, h: StateHeader, name: string): number {
+  const base = 56 + new DataView(bytes.buffer, bytes.byteOffset).getUint32(12, true);
+  return base + h.sections.find((s) => s.name === name)!.offset;
+}
+
+function edited(bytes: Uint8Array, f: (b: Uint8Array, dv: DataView) => void): Uint8Array {
+  const b = bytes.slice();
+  f(b, new DataView(b.buffer));
+  return b;
+}
+
+async function savedFrom(
+  model: Model,
+  o: ContextOptions,
+  batches: Array<[number[], number]>,
+  save: Parameters<typeof stateToBytes>[1] = {},
+): Promise<Uint8Array> {
+  using ctx = await Context.create(model, { nCtx: 256, threads: 2, ...o });
+  for (const [tokens, seq] of batches) {
+    await ctx.decodeBatch({ tokens, seqIds: tokens.map(() => seq) });
+  }
+  return await stateToBytes(ctx, save);
+}
+
+Deno.test("state: corrupted, truncated and mismatched states are refused, the context unchanged", async () => {
+  using model = await Model.load(MODEL);
+  using modelF32 = await Model.load(MODEL_F32);
+  const dir = await Deno.makeTempDir();
+  const randomPath = `${dir}/random.gguf`;
+  await writeRandomLlama(randomPath, {
+    nEmbd: 64,
+    nLayer: 2,
+    nHead: 4,
+    nHeadKv: 2,
+    nFF: 128,
+    tokenizerFrom: MODEL,
+  });
+  using random = await Model.load(randomPath);
+  const nVocab = model.hparams.nVocab;
+  const prompt = model.tokenizer.encode(PROMPT);
+  const words = model.tokenizer.encode("Pierre walked through the snow to the house of Rostov");
+
+  // the good state: whole context with tokens, sampler and logits
+  const sampler = samplerChainFromOptions({ nVocab, ...SAMPLING });
+  const good = await (async () => {
+    using s = await Context.create(model, { nCtx: 256, threads: 2 });
+    const { logits } = await s.decode(words);
+    sampler.sample(logits[0]);
+    return await stateToBytes(s, { tokens: words, logits, sampler });
+  })();
+  const h = await readStateHeader(good);
+  const long = Array.from({ length: 270 }, (_, i) => words[i % words.length]);
+  const others = {
+    seq2: await savedFrom(model, { nSeqMax: 3 }, [[words, 0], [prompt, 2]], { seq: 2 }),
+    whole3: await savedFrom(model, { nSeqMax: 3 }, [[words, 0], [prompt, 2]]),
+    big: await savedFrom(model, { nCtx: 512 }, [[long, 0]]),
+    kvF32: await savedFrom(model, { kvType: "f32" }, [[words, 0]]),
+    f32Model: await savedFrom(modelF32, {}, [[words, 0]]),
+    random: await savedFrom(random, {}, [[words, 0]]),
+  };
+
+  // the context the loads must leave alone, and its logits for a probe token
+  using t = await Context.create(model, { nCtx: 256, threads: 2 });
+  await t.decode(prompt);
+  const probe = async () => {
+    const r = await t.decode([words[0]]);
+    t.seqRm(0, prompt.length);
+    return r.logits[0];
+  };
+  const l0 = await probe();
+  const kv0 = saveKvState(t.kvCache!);
+
+  const miro = samplerChainFromOptions({ nVocab, mirostat: 2, seed: 3 });
+  const cases: Array<[string, Uint8Array | Promise<Uint8Array>, RegExp, StateLoadOptions?]> = [
+    [
+      "magic",
+      edited(good, (b) => b[0] ^= 0xff),
+      /bad magic "\\xb3LMSTATE" \(expected "LLMSTATE"\)/,
+    ],
+    ["version", edited(good, (_, dv) => dv.setUint32(8, 2, true)), /format version 2 unsupported/],
+    ["truncated preamble", good.slice(0, 40), /truncated at offset 40: the preamble/],
+    [
+      "truncated data",
+      good.slice(0, good.length - 1000),
+      new RegExp(
+        `truncated at offset ${
+          good.length - 1000
+        }, in section logits: the file should have ${good.length}`,
+      ),
+    ],
+    ["trailing bytes", Uint8Array.of(...good, 1, 2, 3), /3 unexpected bytes after offset/],
+    [
+      "length field",
+      edited(good, (_, dv) => dv.setBigUint64(16, BigInt(good.length + 8), true)),
+      /truncated at offset \d+: the file should have \d+ bytes/,
+    ],
+    [
+      "header length field",
+      edited(good, (_, dv) => dv.setUint32(12, 1 << 30, true)),
+      /header length 1073741824 runs past the end/,
+    ],
+    ["header hash", edited(good, (b) => b[30] ^= 1), /header checksum mismatch/],
+    ["header byte", edited(good, (b) => b[56 + 20] ^= 4), /header checksum mismatch/],
+    [
+      "kv cells",
+      edited(good, (b) => b[sectionAt(good, h, "kv") + 60] ^= 1),
+      /section kv checksum mismatch/,
+    ],
+    [
+      "kv data",
+      edited(good, (b) => b[sectionAt(good, h, "tokens") - 1] ^= 1),
+      /section kv checksum/,
+    ],
+    [
+      "tokens",
+      edited(good, (b) => b[sectionAt(good, h, "tokens") + 9] ^= 1),
+      /section tokens checksum mismatch/,
+    ],
+    [
+      "sampler",
+      edited(good, (b) => b[sectionAt(good, h, "sampler") + 40] ^= 1),
+      /section sampler checksum mismatch/,
+    ],
+    ["logits", edited(good, (b) => b[good.length - 2] ^= 1), /section logits checksum mismatch/],
+    [
+      "identity field",
+      rebuild(good, (hh) => hh.model.nLayer = 7),
+      /model mismatch: nLayer: file 7 vs context 6/,
+    ],
+    [
+      "unknown section",
+      rebuild(good, (_, s) => s.set("extra", new Uint8Array(4))),
+      /unknown section extra/,
+    ],
+    [
+      "content kind",
+      rebuild(good, (hh) => hh.content = { kind: "sequence", seq: 0 }),
+      /section kv holds a whole cache, the header says sequence 0/,
+    ],
+    [
+      "cell sequence id",
+      rebuild(good, (_, s) => new DataView(s.get("kv")!.buffer).setUint32(4 * 18, 5, true)),
+      /section kv: kv state: cell 0 \(index 0\): bad sequence id 5/,
+    ],
+    [
+      "token id",
+      rebuild(good, (_, s) => new DataView(s.get("tokens")!.buffer).setInt32(4 * 6, 99999, true)),
+      /section tokens: tokens\[0\]\[3\] = 99999 >= nVocab/,
+    ],
+    ["same shape, other weights", others.f32Model, /model mismatch: fingerprint .*tolstoy-6m-f32/],
+    ["other model", others.random, /model mismatch: nEmbd: file 64 vs context 256/],
+    ["context too small", others.big, /context too small: the state uses 270 cells/],
+    ["KV type", others.kvF32, /KV type: file f32 vs context f16/],
+    ["sequence id", others.seq2, /sequence 2 out of range: context has nSeqMax 1/],
+    [
+      "whole, more sequences",
+      others.whole3,
+      /the state uses sequence 2, out of range: context has nSeqMax 1/,
+    ],
+    ["destination", good, /dstSeq 1: the file holds a whole context/, { dstSeq: 1 }],
+    [
+      "sampler chain",
+      good,
+      /sampler state does not fit the chain: 7 samplers in the state, 2 in the chain/,
+      { sampler: miro },
+    ],
+    ["no sampler", others.big, /the file holds no sampler state/, { sampler }],
+  ];
+  assert.ok(cases.length >= 20);
+  const seen = new Set<string>();
+  for (const [what, data, re, opts] of cases) {
+    const path = `${dir}/${what.replaceAll(" ", "_")}.state`;
+    await Deno.writeFile(path, await data);
+    const e = await loadState(t, path, opts).then(() => null, (e) => e);
+    assert.ok(e instanceof StateError, `${what}: ${e}`);
+    assert.ok(e.message.startsWith(`${path}: `) && re.test(e.message), `${what}: ${e.message}`);
+    assert.ok(!e.message.includes("\n"), `${what}: one line`);
+    seen.add(e.message.slice(path.length));
+    assert.deepEqual(saveKvState(t.kvCache!), kv0, `${what}: cache changed`);
+    assert.deepEqual(await probe(), l0, `${what}: logits changed`);
+  }
+  assert.ok(seen.size >= 20, `${seen.size} distinct messages`);
+  // and the good one loads
+  const st = await loadState(t, await writeTo(`${dir}/good.state`, good));
+  assert.deepEqual(st.tokens.get(0), words);
+  assert.notDeepEqual(saveKvState(t.kvCache!), kv0);
+  await Deno.remove(dir, { recursive: true });
+});
+
+async function writeTo(path: string, bytes: Uint8Array): Promise<string> {
+  await Deno.writeFile(path, bytes);
+  return path;
+}

@@ -239,7 +239,9 @@ export async function stateFromBytes(
     if (!isSeq && info.seqMaxP1 > nSeqMax) {
       fail(
         "context",
-        `sequence ${info.seqMaxP1 - 1} out of range: context has nSeqMax ${nSeqMax}`,
+        `the state uses sequence ${
+          info.seqMaxP1 - 1
+        }, out of range: context has nSeqMax ${nSeqMax}`,
       );
     }
     fail(/no room/.test(e.message) ? "context" : "format", `section kv: ${e.message}`, e);

@@ -167,8 +167,16 @@ export async function readState(bytes: Uint8Array, bad: Fail): Promise<ReadState
   if (bytes.length < PREAMBLE) {
     bad("truncated", `truncated at offset ${bytes.length}: the preamble takes ${PREAMBLE} bytes`);
   }
-  const magic = new TextDecoder().decode(bytes.subarray(0, 8));
-  if (magic !== MAGIC) bad("magic", `bad magic ${JSON.stringify(magic)}: not an llm-edge state`);
+  const magic = bytes.subarray(0, 8);
+  if (new TextDecoder().decode(magic) !== MAGIC) {
+    const shown = Array.from(
+      magic,
+      (x) =>
+        x >= 0x20 && x < 0x7f ? String.fromCharCode(x) : `\\x${x.toString(16).padStart(2, "0")}`,
+    )
+      .join("");
+    bad("magic", `bad magic "${shown}" (expected "${MAGIC}"): not an llm-edge state`);
+  }
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const version = dv.getUint32(8, true);
   if (version !== STATE_VERSION) {
@@ -176,11 +184,12 @@ export async function readState(bytes: Uint8Array, bad: Fail): Promise<ReadState
   }
   const hlen = dv.getUint32(12, true);
   const total = dv.getBigUint64(16, true);
-  if (BigInt(bytes.length) < total) {
-    bad("truncated", `truncated at offset ${bytes.length}: the file should have ${total} bytes`);
-  }
-  if (BigInt(bytes.length) > total) {
-    bad("format", `${BigInt(bytes.length) - total} unexpected bytes after offset ${total}`);
+  const size = BigInt(bytes.length);
+  if (size < total && PREAMBLE + hlen > bytes.length) {
+    bad(
+      "truncated",
+      `truncated at offset ${bytes.length}, in the header: the file should have ${total} bytes`,
+    );
   }
   if (PREAMBLE + hlen > bytes.length) {
     bad("format", `header length ${hlen} runs past the end of the file (${bytes.length} bytes)`);
@@ -195,6 +204,17 @@ export async function readState(bytes: Uint8Array, bad: Fail): Promise<ReadState
     return bad("format", `header is not JSON: ${(e as Error).message}`);
   }
   checkHeaderShape(header, bad);
+  if (size < total) {
+    // The header is intact: say which section the file ends in.
+    const end = bytes.length - PREAMBLE - hlen;
+    const cut = header.sections.find((s) => s.offset <= end && end < s.offset + s.length);
+    bad(
+      "truncated",
+      `truncated at offset ${bytes.length}${cut ? `, in section ${cut.name}` : ""}: ` +
+        `the file should have ${total} bytes`,
+    );
+  }
+  if (size > total) bad("format", `${size - total} unexpected bytes after offset ${total}`);
   const sections = new Map<SectionName, Uint8Array>();
   let off = 0;
   const base = PREAMBLE + hlen;
