@@ -16,6 +16,8 @@ import { mulberry32 } from "./rng.ts";
 import { fileURLToPath } from "node:url";
 import { Context, type ContextOptions } from "../lib/runtime/context.ts";
 import { writeRandomLlama } from "../lib/model/random.ts";
+import { loadOracle } from "./oracle/oracle.ts";
+import { OracleStateContext } from "./oracle/oracle_state.ts";
 import { assemble, type SectionName, type StateHeader } from "../lib/runtime/state_format.ts";
 import { Model } from "../lib/model/model.ts";
 import type { SamplerChain } from "../lib/sample/chain.ts";
@@ -590,3 +592,42 @@ async function writeTo(path: string, bytes: Uint8Array): Promise<string> {
   await Deno.writeFile(path, bytes);
   return path;
 }
+
+Deno.test("state: a sequence restored into a busy context matches llama.cpp's llama_state_seq_set_data", async () => {
+  const oracle = await loadOracle();
+  using om = oracle.load(MODEL);
+  using model = await Model.load(MODEL);
+  const tok = (s: string) => model.tokenizer.encode(s);
+  const prompt = tok(PROMPT), natasha = tok("Natasha"), other = tok("Pierre walked in the snow");
+  const shape = { nCtx: 256, nSeqMax: 3 };
+  // A: seq 1 first, so seq 0's cells do not start at cell 0; save seq 0
+  using oa = await OracleStateContext.create(om, shape);
+  using a = await Context.create(model, { ...shape, threads: 2 });
+  oa.decode(natasha, 1), oa.decode(prompt, 0);
+  await a.decodeBatch({ tokens: natasha, seqIds: natasha.map(() => 1) });
+  await a.decode(prompt);
+  const theirs = oa.seqGet(0);
+  const ours = await stateToBytes(a, { seq: 0 });
+  // B: a hole (seq 0's positions 2..3) and a seq 2 that the restore replaces
+  using ob = await OracleStateContext.create(om, shape);
+  using b = await Context.create(model, { ...shape, threads: 2 });
+  let last = ob.decode(other, 0);
+  ob.decode([5, 6, 7], 2), ob.seqRm(0, 2, 4);
+  await b.decode(other);
+  await b.decodeBatch({ tokens: [5, 6, 7], seqIds: [2, 2, 2] });
+  b.seqRm(0, 2, 4);
+  ob.seqSet(theirs, 2, prompt.length);
+  await stateFromBytes(b, ours, { dstSeq: 2 });
+  // find_slot from head 2, one cell at a time: the hole first, then past seq 0's cells
+  const cells = [...b.kvCache!.cells.pos.keys()].filter((i) => b.kvCache!.cells.seqHas(i, 2));
+  assert.deepEqual(cells.slice(0, 2), [2, 3]);
+  // the same next logits, bit for bit, in the restored sequence and the others
+  let t = argmax(last);
+  for (let step = 0; step < 6; step++) {
+    const seq = step % 3 === 2 ? 0 : 2;
+    last = ob.decode([t], seq);
+    const r = await b.decodeBatch({ tokens: [t], seqIds: [seq] });
+    assert.deepEqual(r.logits[0], last, `step ${step} (seq ${seq})`);
+    t = argmax(last);
+  }
+});
