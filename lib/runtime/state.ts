@@ -102,6 +102,8 @@ export interface StateLoadOptions {
   sampler?: SamplerChain;
   /** Cancels the wait for the context. */
   signal?: AbortSignal;
+  /** How error messages name the state (default "state"; {@link loadState} gives the path). */
+  name?: string;
 }
 
 /** What a load restored. */
@@ -142,7 +144,7 @@ export async function loadState(
 ): Promise<StateLoadResult> {
   await assertRegularFile(path);
   const bytes = await Deno.readFile(path);
-  return await stateFromBytes(ctx, bytes, opts, path);
+  return await stateFromBytes(ctx, bytes, { ...opts, name: path });
 }
 
 /** The state of `ctx` (or of sequence `opts.seq`) as the bytes of a state file. */
@@ -186,10 +188,9 @@ export async function stateFromBytes(
   ctx: Context,
   bytes: Uint8Array,
   opts: StateLoadOptions = {},
-  source = "state",
 ): Promise<StateLoadResult> {
   const fail: Fail = (kind, msg, cause) => {
-    throw new StateError(kind, `${source}: ${msg}`, cause ? { cause } : undefined);
+    throw new StateError(kind, `${opts.name ?? "state"}: ${msg}`, cause ? { cause } : undefined);
   };
   const { header, sections } = await readState(bytes, fail);
   const model = await modelIdentity(ctx.model);
