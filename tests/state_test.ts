@@ -403,3 +403,21 @@ Deno.test("state: a sequence restored into a busy context matches llama.cpp's ll
     t = argmax(last);
   }
 });
+
+Deno.test("state: a load never goes under a Sequence object's feet", async () => {
+  using model = await Model.load(MODEL);
+  const prompt = model.tokenizer.encode(PROMPT);
+  using a = await Context.create(model, { nCtx: 256, nSeqMax: 2, threads: 2 });
+  await a.decode(prompt);
+  const whole = await stateToBytes(a), seq = await stateToBytes(a, { seq: 0 });
+  using b = await Context.create(model, { nCtx: 256, nSeqMax: 2, threads: 2 });
+  using held = b.sequence();
+  await held.evaluate(prompt.slice(0, 3));
+  const before = saveKvState(b.kvCache!);
+  await assert.rejects(stateFromBytes(b, whole), /sequence 0 is held by a Sequence object/);
+  await assert.rejects(stateFromBytes(b, seq), /or load into a free sequence \(dstSeq\)/);
+  assert.deepEqual(saveKvState(b.kvCache!), before);
+  await stateFromBytes(b, seq, { dstSeq: 1 });
+  assert.equal(b.seqPosMax(1), prompt.length - 1);
+  assert.deepEqual(held.tokens, prompt.slice(0, 3));
+});

@@ -224,6 +224,15 @@ export async function stateFromBytes(
   }
   using _lease = await ctx.acquire(opts.signal);
   const kv = cacheOf(ctx, "load");
+  // A Sequence object keeps its own token list, which a load would leave stale.
+  const held = isSeq ? (ctx.seqHeld(dst) ? dst : -1) : heldSeq(ctx);
+  if (held >= 0) {
+    fail(
+      "usage",
+      `sequence ${held} is held by a Sequence object, whose tokens the load would not ` +
+        `update; dispose it first${isSeq ? " or load into a free sequence (dstSeq)" : ""}`,
+    );
+  }
   let plan: KvRestorePlan;
   try {
     plan = planKvRestore(kv, sections.get("kv")!, isSeq ? dst : -1);
@@ -262,6 +271,11 @@ export async function readStateHeader(bytes: Uint8Array): Promise<StateHeader> {
 }
 
 // ---- context access ----------------------------------------------------------
+
+function heldSeq(ctx: Context): number {
+  for (let s = 0; s < ctx.nSeqMax; s++) if (ctx.seqHeld(s)) return s;
+  return -1;
+}
 
 function cacheOf(ctx: Context, what: string): KvCache {
   const kv = ctx.kvCache;
