@@ -10,6 +10,7 @@ import { saveKvState } from "../lib/kv/state.ts";
 import { Model } from "../lib/model/model.ts";
 import { writeRandomLlama } from "../lib/model/random.ts";
 import { Context, type ContextOptions } from "../lib/runtime/context.ts";
+import { generateText } from "../lib/runtime/generate.ts";
 import { assemble, type SectionName, type StateHeader } from "../lib/runtime/state_format.ts";
 import { type SamplerChain, samplerChainFromOptions } from "../lib/sample/chain.ts";
 import { loadOracle } from "./oracle/oracle.ts";
@@ -420,4 +421,30 @@ Deno.test("state: a load never goes under a Sequence object's feet", async () =>
   await stateFromBytes(b, seq, { dstSeq: 1 });
   assert.equal(b.seqPosMax(1), prompt.length - 1);
   assert.deepEqual(held.tokens, prompt.slice(0, 3));
+});
+
+Deno.test("state: a Sequence saves its tokens and a Sequence of another context resumes them", async () => {
+  using model = await Model.load(MODEL);
+  await using a = await Context.create(model, { nCtx: 256, nSeqMax: 2, threads: 1 });
+  await using b = await Context.create(model, { nCtx: 256, nSeqMax: 3, threads: 1 });
+  using s = a.sequence();
+  const first = await generateText(s, PROMPT, { maxTokens: 6, temperature: 0 });
+  const bytes = await stateToBytes(a, { seq: s });
+  using other = b.sequence(), t = b.sequence();
+  await other.evaluate([1, 2, 3]);
+  const r = await stateFromBytes(b, bytes, { into: t });
+  assert.equal(r.seq, t.id);
+  assert.deepEqual(t.tokens, s.tokens);
+  assert.equal(other.nPast, 3); // the other sequence keeps its cells
+  // The next turn on both: only the new tokens are evaluated, the same tokens come out.
+  const next = PROMPT + first.text + " and";
+  const ra = await generateText(s, next, { maxTokens: 8, temperature: 0 });
+  const rb = await generateText(t, next, { maxTokens: 8, temperature: 0 });
+  assert.equal(rb.timings.reusedTokens, ra.timings.reusedTokens);
+  assert.ok(rb.timings.reusedTokens > 0);
+  assert.deepEqual(rb.tokens, ra.tokens);
+  await assert.rejects(
+    () => stateFromBytes(b, bytes, { into: s }),
+    /not a live Sequence of this context/,
+  );
 });

@@ -184,6 +184,14 @@ export class Sequence implements Disposable {
   }
 
   /**
+   * Sets the token list after a state load put this sequence's cells back.
+   * @internal
+   */
+  replaceTokens(tokens: readonly number[]): void {
+    this.#tokens = [...tokens];
+  }
+
+  /**
    * Forgets the tokens from `n` on (a failed evaluation was rolled back).
    * @internal
    */

@@ -46,6 +46,7 @@ import type { KvCache } from "../kv/cache.ts";
 import type { Model } from "../model/model.ts";
 import type { SamplerChain, SamplerChainState } from "../sample/chain.ts";
 import type { Context } from "./context.ts";
+import { Sequence } from "./sequence.ts";
 import {
   assemble,
   concat,
@@ -75,8 +76,12 @@ export {
 
 /** Options of {@link saveState} and {@link stateToBytes}. */
 export interface StateSaveOptions {
-  /** Save only this sequence's cells (llama_state_seq_get_data); default: the whole context. */
-  seq?: number;
+  /**
+   * Save only this sequence's cells (llama_state_seq_get_data): an id, or a
+   * {@link Sequence}, whose tokens are then carried too; default: the whole
+   * context.
+   */
+  seq?: number | Sequence;
   /**
    * Tokens to carry: by sequence id, or one list for `seq` (sequence 0 when
    * saving the whole context). Returned by the load as they were given.
@@ -98,6 +103,11 @@ export interface StateSaveOptions {
 export interface StateLoadOptions {
   /** For a sequence state: the sequence to restore it into (default: the one it was saved from). */
   dstSeq?: number;
+  /**
+   * For a sequence state: the {@link Sequence} to restore it into (instead
+   * of dstSeq); its tokens become the carried ones.
+   */
+  into?: Sequence;
   /** A chain (built with the same options as the saved one) whose random state is restored. */
   sampler?: SamplerChain;
   /** Cancels the wait for the context. */
@@ -149,7 +159,16 @@ export async function loadState(
 
 /** The state of `ctx` (or of sequence `opts.seq`) as the bytes of a state file. */
 export async function stateToBytes(ctx: Context, opts: StateSaveOptions = {}): Promise<Uint8Array> {
-  const seq = opts.seq ?? -1;
+  if (opts.seq instanceof Sequence) {
+    if (opts.seq.context !== ctx || opts.seq.disposed) {
+      throw new StateError(
+        "usage",
+        `save: sequence ${opts.seq.id} is not a live sequence of this context`,
+      );
+    }
+    opts = { ...opts, seq: opts.seq.id, tokens: opts.tokens ?? opts.seq.tokens };
+  }
+  const seq = (opts.seq as number | undefined) ?? -1;
   const nSeqMax = ctx.nSeqMax;
   if (seq !== -1 && (!Number.isInteger(seq) || seq < 0 || seq >= nSeqMax)) {
     throw new StateError("usage", `save: sequence ${seq} outside [0, ${nSeqMax})`);
@@ -200,7 +219,15 @@ export async function stateFromBytes(
     fail("context", `KV type: file ${header.context.kvType} vs context ${ctx.kvType}`);
   }
   const isSeq = header.content.kind === "sequence";
-  const dst = isSeq ? opts.dstSeq ?? header.content.seq : -1;
+  const into = opts.into;
+  if (into !== undefined) {
+    if (!(into instanceof Sequence) || into.context !== ctx || into.disposed) {
+      fail("usage", "into: not a live Sequence of this context");
+    }
+    if (!isSeq) fail("usage", "into: the file holds a whole context, not a sequence");
+    if (opts.dstSeq !== undefined) fail("usage", "into and dstSeq together");
+  }
+  const dst = isSeq ? into?.id ?? opts.dstSeq ?? header.content.seq : -1;
   if (opts.dstSeq !== undefined && !isSeq) {
     fail("usage", `dstSeq ${opts.dstSeq}: the file holds a whole context, not a sequence`);
   }
@@ -225,7 +252,7 @@ export async function stateFromBytes(
   using _lease = await ctx.acquire(opts.signal);
   const kv = cacheOf(ctx, "load");
   // A Sequence object keeps its own token list, which a load would leave stale.
-  const held = isSeq ? (ctx.seqHeld(dst) ? dst : -1) : heldSeq(ctx);
+  const held = isSeq ? (ctx.seqHeld(dst) && !into ? dst : -1) : heldSeq(ctx);
   if (held >= 0) {
     fail(
       "usage",
@@ -258,6 +285,7 @@ export async function stateFromBytes(
   }
   // Nothing below can fail: every check is done.
   applyKvRestore(kv, plan!);
+  into?.replaceTokens(tokens.get(dst) ?? []);
   if (opts.sampler && samplerState) opts.sampler.setState(samplerState);
   return { header, seq: dst, nCells: plan!.nCells, tokens, samplerState, logits };
 }
