@@ -52,6 +52,17 @@ export {
   samplerFor,
 } from "./lib/runtime/generate.ts";
 
+// ---- embeddings ---------------------------------------------------------------
+export {
+  defaultPooling,
+  embed,
+  type EmbedOptions,
+  normalizeEmbedding,
+  type Pooling,
+  POOLINGS,
+  poolRows,
+} from "./lib/runtime/embed.ts";
+
 // ---- GGUF files and ggml types ----------------------------------------------
 export {
   type GGUFArray,
