@@ -32,6 +32,8 @@ export { SUPPORTED_ARCHS } from "./lib/model/arch/registry.ts";
 
 // ---- contexts and generation ------------------------------------------------
 export {
+  type BatchDecodeOptions,
+  type BatchInput,
   Context,
   ContextBusyError,
   type ContextDecodeOptions,
@@ -40,7 +42,9 @@ export {
   ContextLease,
   type ContextOptions,
   type DecodeResult,
+  type MemoryOps,
 } from "./lib/runtime/context.ts";
+export { type EvaluateOptions, Sequence } from "./lib/runtime/sequence.ts";
 export {
   generate,
   type GeneratedToken,

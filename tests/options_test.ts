@@ -43,7 +43,10 @@ Deno.test("Context.create: bad options are OptionErrors, kvType q8_0 and backend
     [{ backend: { cpuLayers: 99 } }, "backend", "cpuLayers"],
     [{ debugTaps: "l_out-0" }, "debugTaps", "array"],
     // not an option of this engine: ignoring it would hide a typo or a wrong assumption
-    [{ nUbatch: 128 }, "options.nUbatch", "nCtx, nBatch"],
+    [{ nUBatch: 128 }, "options.nUBatch", "nCtx, nBatch"],
+    [{ nSeqMax: 0 }, "nSeqMax", "1"],
+    [{ nSeqMax: 257 }, "nSeqMax", "256"],
+    [{ embeddings: "yes" }, "embeddings", "true or false"],
   ];
   for (const [opts, option, shown] of cases) {
     await rejectsOption(() => Context.create(model, opts), option, shown);

@@ -176,7 +176,7 @@ Deno.test("bert context: one graph per input, nothing cached, no generation", as
   using small = await Context.create(model, { threads: 2, nBatch: 64 });
   await rejectsContext(
     () => small.decode(promptIds(65, 999, 30000, 1)),
-    /^decode: 65 tokens exceed the 64 this encoder context evaluates at once \(nBatch 64, /,
+    /^decode: 65 tokens exceed the 64 this encoder context evaluates at once \(nUbatch 64, /,
   );
   // Longer than the position table (nCtx rounds 128 up to 256, nBatch is 512).
   using ctx = await Context.create(model, { threads: 2 });

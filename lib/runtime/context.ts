@@ -1,8 +1,11 @@
 /**
  * A context: one model's KV cache, its scheduler over backends and the
  * decode loop of llama_decode (batch → micro-batches → slot → graph →
- * logits). One sequence for now; the cache and batches are multi-sequence
- * shaped so parallel sequences extend this rather than replace it.
+ * logits). `nSeqMax` sequences share one unified cache (llama.cpp's
+ * `kv_unified`); a batch may hold tokens of several of them, decoded in one
+ * graph, and the sequence edits (seqRm, seqCp, seqKeep, seqAdd, seqDiv) act
+ * on the cache between decodes, a K-shift re-rotating moved keys before the
+ * next one.
  *
  * Lifetimes: a context runs one decode at a time (later calls wait their
  * turn, see {@link Context.acquire}); disposing it while a decode runs
@@ -19,7 +22,11 @@ import { BatchSplitter, type Ubatch } from "../kv/batch.ts";
 import { KvCache, N_KV_PAD, type SlotInfo, type SlotUndo } from "../kv/cache.ts";
 import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
 import type { ArchGraph } from "../model/arch/types.ts";
-import { buildGraph, encoderMask } from "./graphs.ts";
+import { buildGraph, buildShiftGraph, encoderMask } from "./graphs.ts";
+import { batchFromInput, type BatchInput, checkInt, checkPos, checkSeqId } from "./batch_input.ts";
+import type { Batch } from "../kv/batch.ts";
+import { KvError } from "../kv/cells.ts";
+import { Sequence, SequenceQueue } from "./sequence.ts";
 import { Scheduler } from "../sched/scheduler.ts";
 import {
   type BackendChoice,
@@ -33,9 +40,12 @@ import { ContextBusyError, ContextDisposedError, ContextError } from "./errors.t
 import { ContextLease } from "./lease.ts";
 
 export { ContextBusyError, ContextDisposedError, ContextError } from "./errors.ts";
-export { ContextLease, type LeaseOps } from "./lease.ts";
+export { ContextLease, type LeaseOps, type MemoryOps } from "./lease.ts";
+export type { BatchInput } from "./batch_input.ts";
 import { FifoLock } from "./lock.ts";
 import { validateContextOptions, validateDecode } from "./options.ts";
+import { OptionChecker } from "../options.ts";
+import type { MemoryOps } from "./lease.ts";
 import { dryBackend, memoryShortfall } from "./sizing.ts";
 
 /** Options of {@link Context.create}. */
@@ -43,11 +53,29 @@ export interface ContextOptions {
   /** Cache cells (rounded up to 256); default: the model's training context, at most 4096. */
   nCtx?: number;
   /**
-   * Most tokens per graph evaluation (prompt chunk). Default 512. For an
-   * encoder (bert, no cache) also the longest input, with nCtx and the
-   * model's training context: its whole input is one graph.
+   * Most tokens one {@link Context.decodeBatch} call may hold (llama.cpp's
+   * n_batch); {@link Context.decode} cuts longer inputs into such chunks.
+   * Default 512.
    */
   nBatch?: number;
+  /**
+   * Most tokens per graph evaluation (llama.cpp's n_ubatch), at most
+   * nBatch; default nBatch. For an encoder (bert, no cache) also the longest
+   * input, with nCtx and the model's training context: its whole input is
+   * one graph.
+   */
+  nUbatch?: number;
+  /**
+   * Sequences (ids 0..nSeqMax-1) sharing the one cache of nCtx cells
+   * (llama.cpp's n_seq_max with kv_unified). Default 1, at most 256.
+   */
+  nSeqMax?: number;
+  /**
+   * Output final hidden states (after the output norm, llama.cpp's
+   * `result_norm`) instead of logits, in {@link DecodeResult.embeddings}.
+   * Encoders (bert) always do. Default false.
+   */
+  embeddings?: boolean;
   /** CPU threads; default: physical cores. */
   threads?: number;
   /** KV cache element type. Default "f16" (llama.cpp's default). */
@@ -84,13 +112,22 @@ export interface ContextOptions {
 
 /**
  * The output rows that were asked for, in batch order: logits [nVocab] for
- * decoders, hidden states [nEmbd] for encoders (whose `logits` is empty).
+ * decoders, hidden states [nEmbd] for encoders and contexts in embeddings
+ * mode (whose `logits` is empty).
  */
 export interface DecodeResult {
   /** Logits per output row (decoders). */
   readonly logits: Float32Array[];
-  /** Final hidden state per output row (encoders such as bert), unpooled. */
+  /** Final hidden state per output row (encoders, embeddings mode), unpooled. */
   readonly embeddings?: Float32Array[];
+  /** The batch index of each output row, ascending. */
+  readonly outputIds: number[];
+}
+
+/** Options of {@link Context.decodeBatch}. */
+export interface BatchDecodeOptions {
+  /** Cancels the decode, as in {@link ContextDecodeOptions.signal}. */
+  signal?: AbortSignal;
 }
 
 /** Options of {@link Context.decode}. */
@@ -105,8 +142,18 @@ export interface ContextDecodeOptions {
   signal?: AbortSignal;
 }
 
+interface Shape {
+  nCtx: number;
+  nBatch: number;
+  nUbatch: number;
+  nSeqMax: number;
+  embeddings: boolean;
+  threads?: number;
+  kvType: "f16" | "f32";
+}
+
 interface Parts {
-  o: { nCtx: number; nBatch: number; threads?: number; kvType: "f16" | "f32" };
+  o: Shape;
   choice: BackendChoice;
   backends: Backend[];
   kv: KvCache | null;
@@ -135,14 +182,31 @@ let nextId = 1;
  * decode is running, it is cancelled and the memory freed when the kernels
  * return (`await using` waits for that). A context forgotten without
  * dispose is freed when garbage-collected.
+ *
+ * @example Two sequences decoded in one batch
+ * ```ts ignore
+ * using ctx = await Context.create(model, { nSeqMax: 2 });
+ * const r = await ctx.decodeBatch({
+ *   tokens: [1, 15, 27, 1, 99],
+ *   seqIds: [0, 0, 0, 1, 1],
+ *   logits: [0, 0, 1, 0, 1],
+ * });
+ * r.logits; // [logits after token 2 of seq 0, logits after token 4 of seq 1]
+ * ```
  */
 export class Context implements Disposable, AsyncDisposable {
   /** The model this context runs. */
   readonly model: Model;
-  /** Cache cells. */
+  /** Cache cells, shared by all sequences. */
   readonly nCtx: number;
-  /** Most tokens per graph evaluation. */
+  /** Most tokens per {@link decodeBatch} call. */
   readonly nBatch: number;
+  /** Most tokens per graph evaluation. */
+  readonly nUbatch: number;
+  /** Sequence ids are 0..nSeqMax-1. */
+  readonly nSeqMax: number;
+  /** Whether outputs are hidden states (embeddings mode, or an encoder). */
+  readonly embeddings: boolean;
   /** CPU threads asked for (undefined: physical cores). */
   readonly threads: number | undefined;
   /** KV cache element type. */
@@ -168,6 +232,9 @@ export class Context implements Disposable, AsyncDisposable {
   #closer = new AbortController();
   #state: "open" | "closing" | "freed" = "open";
   #freed = Promise.withResolvers<void>();
+  // Sequence objects by id (null: free).
+  #owners: (Sequence | null)[];
+  #queue: SequenceQueue | null = null;
   /** Values of {@link ContextOptions.debugTaps} from the last graph run (ggml element order). */
   readonly lastTaps: Map<string, Float32Array> = new Map();
 
@@ -179,6 +246,10 @@ export class Context implements Disposable, AsyncDisposable {
     this.backendChoice = p.choice;
     this.nCtx = p.o.nCtx;
     this.nBatch = p.o.nBatch;
+    this.nUbatch = p.o.nUbatch;
+    this.nSeqMax = p.o.nSeqMax;
+    this.embeddings = p.o.embeddings;
+    this.#owners = new Array(p.o.nSeqMax).fill(null);
     this.#backends = p.backends;
     this.#kv = p.kv;
     this.#sched = p.sched;
@@ -201,16 +272,20 @@ export class Context implements Disposable, AsyncDisposable {
     }
     const nCtx = Math.ceil(want / N_KV_PAD) * N_KV_PAD;
     const nBatch = options.nBatch ?? 512;
-    if (!Number.isInteger(nBatch) || nBatch <= 0) {
-      throw new ContextError(`nBatch must be a positive integer, got ${nBatch}`);
+    const nUbatch = options.nUbatch ?? nBatch;
+    if (nUbatch > nBatch) {
+      throw new ContextError(`nUbatch ${nUbatch} exceeds nBatch ${nBatch}`);
     }
     const choice = backendChoice(options);
-    const o = {
+    const o: Shape = {
       nCtx,
       nBatch,
+      nUbatch,
+      nSeqMax: options.nSeqMax ?? 1,
+      embeddings: (options.embeddings ?? false) || model.arch.output === "embeddings",
       threads: options.threads,
       kvType: options.kvType ?? "f16",
-    } as const;
+    };
     const id = nextId++;
     const label = `Context #${id} (nCtx ${nCtx}, ${choiceLabel(choice)})`;
     // Freed in reverse order if any step below throws.
@@ -235,20 +310,22 @@ export class Context implements Disposable, AsyncDisposable {
         nEmbdHeadV: hp.headDimV,
         typeK: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
         typeV: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
+        nSeqMax: o.nSeqMax,
         backend: pick,
       });
     const names = (layer: number) => assign(layer).name;
     const schedOpts = { assign: (node: Tensor) => names(node.layer < 0 ? hp.nLayer : node.layer) };
     const taps = options.debugTaps?.length ? new Set(options.debugTaps) : undefined;
-    // Worst case: a full batch attending the whole cache (or, without a
-    // cache, the whole batch).
-    const n = Math.min(nBatch, nCtx);
+    // Worst case: a full micro-batch attending the whole cache (or, without
+    // a cache, the whole micro-batch).
+    const n = Math.min(nUbatch, nCtx);
     const worst = (kv: KvCache | null) =>
       buildGraph(model, kv, taps, {
         nTokens: n,
         nOutputs: n,
         nKv: kv ? nCtx : n,
         slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
+        embeddings: o.embeddings,
       }).g;
     // Measured first with stand-ins that allocate nothing: a context too big
     // for this machine fails here, before gigabytes are zero-filled (or the
@@ -282,6 +359,14 @@ export class Context implements Disposable, AsyncDisposable {
     return this.#lock.held;
   }
 
+  /**
+   * The KV cache (null for encoders), for the state files.
+   * @internal
+   */
+  get kvCache(): KvCache | null {
+    return this.#kv;
+  }
+
   #assertOpen(what: string): void {
     if (this.#state !== "open") {
       throw new ContextDisposedError(`${what}: ${this.label} is disposed`);
@@ -303,10 +388,41 @@ export class Context implements Disposable, AsyncDisposable {
     return this.#kv ? this.#kv.seqPosMax(0) + 1 : 0;
   }
 
+  /**
+   * A new {@link Sequence} on a free sequence id (the lowest). Throws
+   * {@link ContextError} when all nSeqMax ids are held. Sequence 0 is also
+   * what {@link decode} and `generate(ctx, …)` use: they refuse while a
+   * Sequence object holds it.
+   */
+  sequence(): Sequence {
+    this.#assertOpen("sequence");
+    const id = this.#owners.indexOf(null);
+    if (id < 0) {
+      throw new ContextError(
+        `sequence: all ${this.nSeqMax} sequences of ${this.label} are in use ` +
+          `(create the context with a larger nSeqMax, or dispose a sequence)`,
+      );
+    }
+    this.#queue ??= new SequenceQueue(this);
+    const seq = new Sequence(this, id, this.#queue, () => {
+      if (this.#owners[id] === seq) this.#owners[id] = null;
+    });
+    this.#owners[id] = seq;
+    return seq;
+  }
+
+  #assertSeq0Free(what: string): void {
+    if (this.#owners[0]) {
+      throw new ContextError(
+        `${what}: sequence 0 of ${this.label} is held by a Sequence object; use that sequence`,
+      );
+    }
+  }
+
   /** Forgets everything cached. Throws {@link ContextBusyError} while a decode holds the context. */
   clear(): void {
     this.#assertFree("clear");
-    this.#kv?.clear();
+    this.#memory.clear();
   }
 
   /** Drops cached positions >= pos of sequence 0 (to rewind or re-prompt). */
@@ -320,6 +436,114 @@ export class Context implements Disposable, AsyncDisposable {
       throw new ContextError(`truncate: position must be a non-negative integer, got ${pos}`);
     }
     this.#kv?.seqRm(0, pos, -1);
+  }
+
+  /**
+   * Removes positions [p0, p1) of sequence `seq` (-1: of every sequence)
+   * from the cache, as llama_memory_seq_rm; negative bounds are open.
+   * Returns true (a KV cache can always remove a range). Throws
+   * {@link ContextBusyError} while a decode holds the context (a lease has
+   * the same method).
+   */
+  seqRm(seq: number, p0 = -1, p1 = -1): boolean {
+    this.#assertFree("seqRm");
+    return this.#memory.seqRm(seq, p0, p1);
+  }
+
+  /** Lets `dst` share the cells of `src` in [p0, p1) (llama_memory_seq_cp): no copy of keys or values. */
+  seqCp(src: number, dst: number, p0 = -1, p1 = -1): void {
+    this.#assertFree("seqCp");
+    this.#memory.seqCp(src, dst, p0, p1);
+  }
+
+  /** Removes every sequence but `seq` (llama_memory_seq_keep). */
+  seqKeep(seq: number): void {
+    this.#assertFree("seqKeep");
+    this.#memory.seqKeep(seq);
+  }
+
+  /**
+   * Adds `delta` to the positions [p0, p1) of `seq` (llama_memory_seq_add);
+   * cells moved below 0 are removed. The cached keys are rotated to their
+   * new positions (K-shift) before the next decode.
+   */
+  seqAdd(seq: number, p0: number, p1: number, delta: number): void {
+    this.#assertFree("seqAdd");
+    this.#memory.seqAdd(seq, p0, p1, delta);
+  }
+
+  /** Divides the positions [p0, p1) of `seq` by `d` (llama_memory_seq_div; self-extend), with a K-shift. */
+  seqDiv(seq: number, p0: number, p1: number, d: number): void {
+    this.#assertFree("seqDiv");
+    this.#memory.seqDiv(seq, p0, p1, d);
+  }
+
+  /** The smallest cached position of `seq`, -1 when it has none. */
+  seqPosMin(seq: number): number {
+    this.#assertOpen("seqPosMin");
+    return this.#memory.seqPosMin(seq);
+  }
+
+  /** The largest cached position of `seq`, -1 when it has none. */
+  seqPosMax(seq: number): number {
+    this.#assertOpen("seqPosMax");
+    return this.#memory.seqPosMax(seq);
+  }
+
+  // The cache edits, checked; callers have made sure no decode runs.
+  #memory: MemoryOps = {
+    clear: () => {
+      this.#assertOpen("clear");
+      this.#kv?.clear();
+    },
+    seqRm: (seq, p0 = -1, p1 = -1) => {
+      this.#assertOpen("seqRm");
+      if (seq !== -1) checkSeqId("seqRm", "seq", seq, this.nSeqMax);
+      checkPos("seqRm", "p0", p0), checkPos("seqRm", "p1", p1);
+      return this.#kv?.seqRm(seq, p0, p1) ?? true;
+    },
+    seqCp: (src, dst, p0 = -1, p1 = -1) => {
+      this.#assertOpen("seqCp");
+      checkSeqId("seqCp", "src", src, this.nSeqMax), checkSeqId("seqCp", "dst", dst, this.nSeqMax);
+      checkPos("seqCp", "p0", p0), checkPos("seqCp", "p1", p1);
+      this.#kv?.seqCp(src, dst, p0, p1);
+    },
+    seqKeep: (seq) => {
+      this.#assertOpen("seqKeep");
+      checkSeqId("seqKeep", "seq", seq, this.nSeqMax);
+      this.#kv?.seqKeep(seq);
+    },
+    seqAdd: (seq, p0, p1, delta) => {
+      this.#assertOpen("seqAdd");
+      checkSeqId("seqAdd", "seq", seq, this.nSeqMax);
+      checkPos("seqAdd", "p0", p0), checkPos("seqAdd", "p1", p1);
+      checkInt("seqAdd", "delta", delta, -(2 ** 31 - 1));
+      this.#checkShiftable("seqAdd");
+      this.#kv?.seqAdd(seq, p0, p1, delta);
+    },
+    seqDiv: (seq, p0, p1, d) => {
+      this.#assertOpen("seqDiv");
+      checkSeqId("seqDiv", "seq", seq, this.nSeqMax);
+      checkPos("seqDiv", "p0", p0), checkPos("seqDiv", "p1", p1);
+      checkInt("seqDiv", "d", d, 1);
+      this.#checkShiftable("seqDiv");
+      this.#kv?.seqDiv(seq, p0, p1, d);
+    },
+    seqPosMin: (seq) => {
+      checkSeqId("seqPosMin", "seq", seq, this.nSeqMax);
+      return this.#kv ? this.#kv.seqPosMin(seq) : -1;
+    },
+    seqPosMax: (seq) => {
+      checkSeqId("seqPosMax", "seq", seq, this.nSeqMax);
+      return this.#kv ? this.#kv.seqPosMax(seq) : -1;
+    },
+  };
+
+  // llama_kv_cache::get_can_shift: moving positions needs keys that can be re-rotated.
+  #checkShiftable(what: string): void {
+    if (this.#kv && this.model.arch.rope === "none") {
+      throw new ContextError(`${what}: ${this.model.hparams.arch} has no RoPE to shift keys with`);
+    }
   }
 
   /**
@@ -337,10 +561,8 @@ export class Context implements Disposable, AsyncDisposable {
     }
     return new ContextLease(this, {
       decode: (tokens, opts) => this.#decodeNow(tokens, opts),
-      clear: () => {
-        this.#assertOpen("clear");
-        this.#kv?.clear();
-      },
+      decodeBatch: (batch, opts) => this.#decodeBatchNow(batch, opts),
+      memory: this.#memory,
       truncate: (pos) => {
         this.#assertOpen("truncate");
         this.#truncate(pos);
@@ -350,8 +572,9 @@ export class Context implements Disposable, AsyncDisposable {
   }
 
   /**
-   * Evaluates `tokens` after what the cache holds and returns logits of the
-   * last token, or of every token with `allLogits`. Waits while another
+   * Evaluates `tokens` in sequence 0 after what the cache holds and returns
+   * logits of the last token, or of every token with `allLogits`. Inputs
+   * longer than nBatch are decoded in nBatch chunks. Waits while another
    * decode or generation holds the context. On failure or abort the cache
    * is left as it was before the call.
    */
@@ -360,28 +583,76 @@ export class Context implements Disposable, AsyncDisposable {
     return await lease.decode(tokens, opts);
   }
 
+  /**
+   * Decodes one batch (at most nBatch tokens; several sequences may share
+   * it and are evaluated in the same graphs) and returns the output rows
+   * asked for, in batch order. Waits while another decode holds the
+   * context. A batch the cache has no room for is refused before any work
+   * ({@link ContextError}); on failure or abort the cache is as before.
+   */
+  async decodeBatch(batch: BatchInput, opts: BatchDecodeOptions = {}): Promise<DecodeResult> {
+    using lease = await this.acquire(opts.signal);
+    return await lease.decodeBatch(batch, opts);
+  }
+
   #decodeNow(tokens: ArrayLike<number>, opts: ContextDecodeOptions): Promise<DecodeResult> {
     this.#assertOpen("decode");
     // The one check of tokens and options: decode() and leases both end here.
     validateDecode(this, tokens, opts);
-    if (this.#running) {
-      throw new ContextBusyError(`decode: ${this.label} is already decoding for this lease`);
-    }
+    this.#assertSeq0Free("decode");
     const n = tokens.length;
     if (n === 0) throw new ContextError("decode: no tokens");
     // validateDecode checked every id is an integer in 0..nVocab-1, so the
     // get_rows indices the kernels read are exact.
     const ids = Int32Array.from(tokens);
     if (!this.#kv) this.#checkEncoderInput(n);
-    if (this.nPast + n > this.nCtx) {
+    else if (this.nPast + n > this.nCtx) {
       throw new ContextError(
         `decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtx}`,
       );
     }
-    const signal = opts.signal
-      ? AbortSignal.any([opts.signal, this.#closer.signal])
+    const all = opts.allLogits ?? false;
+    // Chunks of nBatch tokens, as llama.cpp's callers cut a long prompt.
+    const parts: Batch[] = [];
+    for (let i = 0; i < n; i += this.nBatch) {
+      const token = ids.subarray(i, Math.min(n, i + this.nBatch));
+      const logits = new Uint8Array(token.length);
+      if (all) logits.fill(1);
+      else if (i + token.length === n) logits[token.length - 1] = 1;
+      parts.push({ token, logits });
+    }
+    return this.#start(parts, opts.signal);
+  }
+
+  #decodeBatchNow(batch: BatchInput, opts: BatchDecodeOptions): Promise<DecodeResult> {
+    this.#assertOpen("decodeBatch");
+    const c = new OptionChecker("Context.decodeBatch");
+    c.object(opts, ["signal"]);
+    if (opts?.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+      c.fail("signal", opts.signal, "an AbortSignal");
+    }
+    const b = batchFromInput("Context.decodeBatch", batch, {
+      nVocab: this.model.hparams.nVocab,
+      nSeqMax: this.nSeqMax,
+    });
+    const n = b.token!.length;
+    if (n > this.nBatch) {
+      throw new ContextError(`decodeBatch: ${n} tokens exceed nBatch ${this.nBatch}`);
+    }
+    if (!this.#kv) this.#checkEncoderInput(n);
+    return this.#start([b], opts?.signal);
+  }
+
+  #start(parts: Batch[], callerSignal: AbortSignal | undefined): Promise<DecodeResult> {
+    if (this.#running) {
+      throw new ContextBusyError(`decode: ${this.label} is already decoding for this lease`);
+    }
+    const signal = callerSignal
+      ? AbortSignal.any([callerSignal, this.#closer.signal])
       : this.#closer.signal;
-    const run = this.#decodeAll(ids, opts.allLogits ?? false, signal);
+    const run = this.#kv
+      ? this.#decodeAll(this.#kv, parts, signal)
+      : this.#encode(parts[0], signal);
     this.#running = run;
     const clear = () => {
       this.#running = null;
@@ -394,56 +665,82 @@ export class Context implements Disposable, AsyncDisposable {
    * An encoder (no cache) evaluates its whole input in one graph, as
    * llama.cpp's encode does (non-causal attention cannot be split into
    * micro-batches; llama.cpp asserts n_ubatch >= n_tokens), so the input
-   * must fit nBatch, nCtx and the positions the model was trained on.
+   * must fit nUbatch, nCtx and the positions the model was trained on.
    */
   #checkEncoderInput(n: number): void {
     const { nCtxTrain } = this.model.hparams;
-    const max = Math.min(this.nBatch, this.nCtx, nCtxTrain);
+    const max = Math.min(this.nUbatch, this.nCtx, nCtxTrain);
     if (n > max) {
       throw new ContextError(
         `decode: ${n} tokens exceed the ${max} this encoder context evaluates at once ` +
-          `(nBatch ${this.nBatch}, nCtx ${this.nCtx}, training context ${nCtxTrain}): ` +
+          `(nUbatch ${this.nUbatch}, nCtx ${this.nCtx}, training context ${nCtxTrain}): ` +
           `its attention spans the whole input, which is never split`,
       );
     }
   }
 
-  async #decodeAll(ids: Int32Array, all: boolean, signal: AbortSignal): Promise<DecodeResult> {
-    const n = ids.length;
-    const logitsFlags = new Uint8Array(n);
-    // Encoders compute every row, as llama.cpp's encode does whatever the
-    // output flags, so the rows returned have the bits of llama.cpp's.
-    if (all || !this.#kv) logitsFlags.fill(1);
-    else logitsFlags[n - 1] = 1;
-    this.#splitter.init({ token: ids, logits: logitsFlags }, {
-      nVocab: this.model.hparams.nVocab,
-      memory: this.#kv ?? undefined,
-    });
-    this.#splitter.splitReset();
-    const out: Float32Array[] = [];
-    const kv = this.#kv;
-    if (!kv) {
-      // No cache (encoders): every token attends to the whole input, so it
-      // is evaluated in one graph.
-      const ub = this.#splitter.splitSimple(n);
-      out.push(...await this.#decodeUbatch(ub!, null, signal));
-      return { logits: [], embeddings: all ? out : [out[n - 1]] };
-    }
-    const undo: SlotUndo[] = [];
+  #init(b: Batch, kv: KvCache | null, outputAll: boolean): void {
     try {
-      for (
-        let ub = this.#splitter.splitSimple(this.nBatch);
-        ub;
-        ub = this.#splitter.splitSimple(this.nBatch)
-      ) {
-        signal.throwIfAborted();
-        const slot = kv.findSlot(ub);
-        if (!slot) {
-          throw new ContextError(`decode: no room for ${ub.nTokens} tokens in the KV cache`);
+      this.#splitter.init(b, {
+        nVocab: this.model.hparams.nVocab,
+        nSeqMax: this.nSeqMax,
+        memory: kv ?? undefined,
+        outputAll,
+      });
+    } catch (e) {
+      // The positions or sequence sets do not continue the cache (llama_batch_allocr::init).
+      if (e instanceof KvError) throw new ContextError(`decode: ${e.message}`);
+      throw e;
+    }
+  }
+
+  // No cache (encoders): every token attends to the whole input, so it is
+  // evaluated in one graph; llama.cpp's encode computes every row whatever
+  // the output flags, so the rows returned have the bits of llama.cpp's.
+  async #encode(b: Batch, signal: AbortSignal): Promise<DecodeResult> {
+    const n = b.token!.length;
+    const want = b.logits ? Array.from(b.logits, (f) => f !== 0) : null;
+    this.#init(b, null, true);
+    const ub = this.#splitter.splitSimple(n)!;
+    const rows = await this.#decodeUbatch(ub, null, signal);
+    const outputIds: number[] = [];
+    for (let i = 0; i < n; i++) if (want ? want[i] : i === n - 1) outputIds.push(i);
+    return { logits: [], embeddings: outputIds.map((i) => rows[i]), outputIds };
+  }
+
+  async #decodeAll(kv: KvCache, parts: Batch[], signal: AbortSignal): Promise<DecodeResult> {
+    // Keys whose positions moved are re-rotated first (llama_context::decode
+    // runs the memory update before placing the batch). Not abortable: half
+    // of the layers rotated would corrupt the cache.
+    if (kv.hasShift) await this.#applyShift(kv);
+    const out: Float32Array[] = [];
+    const outputIds: number[] = [];
+    const undo: SlotUndo[] = [];
+    let offset = 0;
+    try {
+      for (const b of parts) {
+        this.#init(b, kv, false);
+        const ubs: Ubatch[] = [];
+        for (let ub = this.#splitter.splitSimple(this.nUbatch); ub;) {
+          ubs.push(ub);
+          ub = this.#splitter.splitSimple(this.nUbatch);
         }
-        undo.push(kv.saveSlot(slot));
-        kv.applyUbatch(slot, ub);
-        out.push(...await this.#decodeUbatch(ub, slot, signal));
+        // Every micro-batch is placed before any runs (llama_kv_cache::prepare).
+        const slots = kv.prepare(ubs);
+        if (!slots) {
+          throw new ContextError(
+            `decode: no room for ${b.token!.length} tokens in the KV cache ` +
+              `(${kv.cells.used} of ${kv.size} cells used)`,
+          );
+        }
+        for (let i = 0; i < ubs.length; i++) {
+          signal.throwIfAborted();
+          undo.push(kv.saveSlot(slots[i]));
+          kv.applyUbatch(slots[i], ubs[i]);
+          out.push(...await this.#decodeUbatch(ubs[i], slots[i], signal));
+        }
+        for (const i of this.#splitter.outIds) outputIds.push(offset + i);
+        offset += b.token!.length;
       }
     } catch (e) {
       // The whole call is undone, completed micro-batches included, so the
@@ -452,7 +749,19 @@ export class Context implements Disposable, AsyncDisposable {
       if (this.#state === "open") kv.undo(undo);
       throw e;
     }
-    return { logits: out };
+    return this.embeddings
+      ? { logits: [], embeddings: out, outputIds }
+      : { logits: out, outputIds };
+  }
+
+  async #applyShift(kv: KvCache): Promise<void> {
+    this.#last = null; // the scheduler's plan becomes the shift graph's
+    const { g, shift } = buildShiftGraph(this.model, kv);
+    this.#sched.alloc(g);
+    this.#sched.setInput(shift, kv.shiftInput());
+    await this.#sched.compute(this.#closer.signal);
+    this.#closer.signal.throwIfAborted();
+    kv.resetShift();
   }
 
   async #decodeUbatch(
@@ -481,6 +790,7 @@ export class Context implements Disposable, AsyncDisposable {
         nOutputs: outRows.length,
         nKv,
         slot,
+        embeddings: this.embeddings,
       });
       sched.alloc(g);
       last = this.#last = { key, g, io };
@@ -529,6 +839,7 @@ export class Context implements Disposable, AsyncDisposable {
     this.#use.closing();
     const reason = new ContextDisposedError(`${this.label} was disposed`);
     this.#lock.failAll(reason);
+    this.#queue?.failAll(reason);
     this.#closer.abort(reason);
     if (this.#running) {
       const free = () => this.#free();

@@ -129,7 +129,7 @@ export async function* generate(
   using lease = await ctx.acquire(opts.signal);
   let guide: Context | null = null;
   try {
-    lease.clear();
+    lease.seqRm(0, -1, -1); // sequence 0 only: other sequences keep their cells
     const t0 = performance.now();
     let logits = (await lease.decode(promptIds, { signal: opts.signal })).logits[0];
     let guideLogits: Float32Array | null = null;

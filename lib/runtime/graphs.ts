@@ -4,7 +4,8 @@
  *
  * @module
  */
-import { Graph } from "../graph/graph.ts";
+import { Graph, type Tensor } from "../graph/graph.ts";
+import { GGMLType } from "../ggml/types.ts";
 import type { Ubatch } from "../kv/batch.ts";
 import type { KvCache } from "../kv/cache.ts";
 import { GraphBuilder } from "../model/arch/builder.ts";
@@ -47,4 +48,34 @@ export function encoderMask(ub: Ubatch, causal: boolean, out: Float32Array): voi
       out[i * n + j] = seen ? 0 : -Infinity;
     }
   }
+}
+
+/** The K-shift graph and its input: one position delta per cache cell. */
+export interface ShiftGraph {
+  /** The graph: an in-place RoPE of every layer's cached keys. */
+  readonly g: Graph;
+  /** I32 [cells] position deltas ({@link KvCache.shiftInput}). */
+  readonly shift: Tensor;
+}
+
+/**
+ * llama_kv_cache::build_graph_shift: after positions of cached tokens
+ * moved (seqAdd, seqDiv), their keys are rotated again by each cell's
+ * delta, in place, with the model's RoPE settings and frequency factors,
+ * so they equal keys computed at the new positions (up to rounding).
+ */
+export function buildShiftGraph(model: Model, kv: KvCache): ShiftGraph {
+  const hp = model.hparams;
+  const g = new Graph();
+  const leaves = new WeightLeaves(model.file, g);
+  const shift = g.input("k_shift", GGMLType.I32, [kv.size]);
+  // The forward pass sees the whole unified cache as one sequence's context.
+  const ref = model.arch.ropeFactors?.(model.weights, hp, kv.size);
+  const rope = { ...hp.rope, inplace: true, freqFactors: ref ? leaves.get(ref) : undefined };
+  for (let il = 0; il < kv.nLayer; il++) {
+    g.setLayer(il);
+    g.expand(g.rope(kv.kShiftView(g, il, hp.rope.nDims), shift, rope));
+  }
+  g.setLayer(-1);
+  return { g, shift };
 }

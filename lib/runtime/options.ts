@@ -12,6 +12,7 @@ import { backendNames, hasBackend } from "../backend/registry.ts";
 import { MAX_THREADS } from "../../ffi/symbols.ts";
 import type { Context, ContextOptions } from "./context.ts";
 import type { HParams } from "../model/hparams.ts";
+import { MAX_SEQ } from "../kv/cells.ts";
 
 /** The KV cache types contexts build. */
 export const KV_TYPES = ["f16", "f32"] as const;
@@ -19,6 +20,9 @@ export const KV_TYPES = ["f16", "f32"] as const;
 const CONTEXT_KEYS = [
   "nCtx",
   "nBatch",
+  "nUbatch",
+  "nSeqMax",
+  "embeddings",
   "threads",
   "kvType",
   "backend",
@@ -35,6 +39,9 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
   if (!o) return;
   c.int("nCtx", o.nCtx, 1, INT32_MAX);
   c.int("nBatch", o.nBatch, 1, INT32_MAX);
+  c.int("nUbatch", o.nUbatch, 1, INT32_MAX);
+  c.int("nSeqMax", o.nSeqMax, 1, MAX_SEQ);
+  c.bool("embeddings", o.embeddings);
   c.int("threads", o.threads, 1, MAX_THREADS);
   if (o.kvType !== undefined && !(KV_TYPES as readonly unknown[]).includes(o.kvType)) {
     // q8_0/q4_0 caches need a non-transposed V, i.e. flash attention, which

@@ -270,7 +270,10 @@ export class GraphBuilder {
     return this.bias(g.mulMat(this.w(f.down), cur), f.downB);
   }
 
-  /** The output head: final norm, then the vocabulary projection (plus its bias, qwen2). */
+  /**
+   * The output head: final norm, then the vocabulary projection (plus its
+   * bias, qwen2); in embeddings mode only the norm.
+   */
   logits(
     x: Tensor,
     norm: WeightRef,
@@ -279,6 +282,7 @@ export class GraphBuilder {
     outputB?: WeightRef,
   ): Tensor {
     const normed = this.cb(this.norm(x, norm, normB), "result_norm");
+    if (this.step.embeddings) return normed;
     return this.cb(this.bias(this.g.mulMat(this.w(output), normed), outputB), "result_output");
   }
 

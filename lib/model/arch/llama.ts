@@ -187,6 +187,7 @@ export const llama: Architecture<LlamaWeights> = {
   output: "logits",
   norm: "rms",
   rope: "normal",
+  ropeFactors: (w) => w.ropeFreqs,
   hparams(h, hp) {
     checkWholeHeadRope(h, hp);
     // Under longrope llama.cpp reads rope_factors_long/short instead of rope_freqs.

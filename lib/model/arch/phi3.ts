@@ -112,12 +112,11 @@ export function phi3Weights(m: WeightMap, hp: HParams): Phi3Weights {
 
 /**
  * llama_model::get_rope_factors: the long factors when a sequence's
- * context (the cache size: one sequence per context here) exceeds the
- * original training context, else the short ones; either may be absent.
+ * context exceeds the original training context, else the short ones;
+ * either may be absent.
  */
-function ropeFactors(b: GraphBuilder, w: Phi3Weights): WeightRef | undefined {
-  const nCtxSeq = b.kv?.size ?? b.step.nKv;
-  return nCtxSeq > b.hp.rope.nCtxOrig ? w.ropeLong : w.ropeShort;
+function ropeFactors(w: Phi3Weights, hp: HParams, nCtxSeq: number): WeightRef | undefined {
+  return nCtxSeq > hp.rope.nCtxOrig ? w.ropeLong : w.ropeShort;
 }
 
 /** The phi3 forward pass. */
@@ -125,7 +124,8 @@ export function buildPhi3(b: GraphBuilder, w: Phi3Weights): Tensor | null {
   const { g, hp } = b;
   // 1.0f / sqrtf(float(n_embd_head)), rounded to f32 at each step as in C.
   const qScale = Math.fround(1 / Math.fround(Math.sqrt(hp.headDimK)));
-  const factors = ropeFactors(b, w);
+  // A sequence may use the whole unified cache (kv_unified: n_ctx_seq = n_ctx).
+  const factors = ropeFactors(w, hp, b.kv?.size ?? b.step.nKv);
   let inpL = b.embed(w.tokEmbd);
   for (let il = 0; il < hp.nLayer; il++) {
     g.setLayer(il);
@@ -160,6 +160,7 @@ export const phi3: Architecture<Phi3Weights> = {
   output: "logits",
   norm: "rms",
   rope: "neox",
+  ropeFactors,
   hparams(h, hp) {
     // llama_model_phi3::load_arch_hparams requires the epsilon (no default).
     const eps = `${hp.arch}.${normEpsKey("rms")}`;

@@ -11,7 +11,7 @@ import type { GGUFHeader } from "../../gguf/mod.ts";
 import type { Tensor } from "../../graph/graph.ts";
 import type { SlotInfo } from "../../kv/cache.ts";
 import type { HParams } from "../hparams.ts";
-import type { WeightMap } from "../weights.ts";
+import type { WeightMap, WeightRef } from "../weights.ts";
 import type { GraphBuilder } from "./builder.ts";
 
 /**
@@ -40,6 +40,11 @@ export interface Step {
   readonly nKv: number;
   /** Cells receiving this micro-batch's keys and values; null without a cache. */
   readonly slot: SlotInfo | null;
+  /**
+   * Output the final hidden states (after the output norm, llama.cpp's
+   * `result_norm`) instead of logits: a decoder context in embeddings mode.
+   */
+  readonly embeddings?: boolean;
 }
 
 /** A built graph's inputs, to be filled before compute, and its outputs. */
@@ -89,6 +94,12 @@ export interface Architecture<W = unknown> {
   readonly causal?: boolean;
   /** Adjusts the common hyper-parameters (extra keys, checks); default none. */
   hparams?(header: GGUFHeader, hp: HParams): HParams;
+  /**
+   * RoPE frequency factors for a sequence context of `nCtxSeq` cells
+   * (llama_model::get_rope_factors), when the architecture has them: the
+   * forward pass and the K-shift of cached keys must rotate alike.
+   */
+  ropeFactors?(w: W, hp: HParams, nCtxSeq: number): WeightRef | undefined;
   /** Finds and shape-checks every weight the graph reads. */
   weights(m: WeightMap, hp: HParams): W;
   /** Builds one micro-batch's forward pass and returns the output rows (or null). */

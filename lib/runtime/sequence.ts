@@ -1,0 +1,410 @@
+/**
+ * Sequences: one conversation or request each, over a context's shared
+ * cache (in the spirit of node-llama-cpp's LlamaContextSequence). A
+ * sequence knows the tokens it has evaluated; evaluations of different
+ * sequences that wait at the same time are merged into one batch, so their
+ * tokens go through the same graphs (continuous batching).
+ *
+ * @module
+ */
+import { checkTokenIds, OptionChecker } from "../options.ts";
+import type { Context, DecodeResult } from "./context.ts";
+import type { ContextLease } from "./lease.ts";
+import { ContextDisposedError, ContextError } from "./errors.ts";
+
+/** Options of {@link Sequence.evaluate}. */
+export interface EvaluateOptions {
+  /** Outputs for every token, not only the last. */
+  allLogits?: boolean;
+  /**
+   * Cancels the evaluation; it rejects with the signal's reason and the
+   * sequence is as it was before the call.
+   */
+  signal?: AbortSignal;
+}
+
+/**
+ * One sequence of a context: made by {@link Context.sequence}, freed (its
+ * cells and id) by dispose.
+ *
+ * @example Two chats sharing a context
+ * ```ts ignore
+ * using ctx = await Context.create(model, { nSeqMax: 2 });
+ * using a = ctx.sequence(), b = ctx.sequence();
+ * const [ra, rb] = await Promise.all([a.evaluate(promptA), b.evaluate(promptB)]);
+ * ```
+ */
+export class Sequence implements Disposable {
+  /** The context whose cache holds this sequence. */
+  readonly context: Context;
+  /** Its sequence id in the context (0..nSeqMax-1). */
+  readonly id: number;
+  #tokens: number[] = [];
+  #queue: SequenceQueue;
+  #release: () => void;
+  #disposed = false;
+
+  /** Made by {@link Context.sequence}. */
+  constructor(context: Context, id: number, queue: SequenceQueue, release: () => void) {
+    this.context = context;
+    this.id = id;
+    this.#queue = queue;
+    this.#release = release;
+  }
+
+  /** The tokens evaluated so far, in position order (position i holds tokens[i]). */
+  get tokens(): readonly number[] {
+    return this.#tokens;
+  }
+
+  /** Tokens cached for this sequence: the next position. */
+  get nPast(): number {
+    return this.#tokens.length;
+  }
+
+  /** Whether the sequence was disposed. */
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  #assertLive(what: string): void {
+    if (this.#disposed) throw new ContextError(`${what}: sequence ${this.id} is disposed`);
+    if (this.context.disposed) {
+      throw new ContextDisposedError(`${what}: ${this.context.label} is disposed`);
+    }
+  }
+
+  /**
+   * Evaluates `tokens` after what the sequence holds and returns the logits
+   * (or hidden states, in embeddings mode) of its last token, or of every
+   * token with `allLogits`. Evaluations of other sequences waiting at the
+   * same time share the batch.
+   */
+  evaluate(tokens: ArrayLike<number>, opts: EvaluateOptions = {}): Promise<DecodeResult> {
+    try {
+      this.#assertLive("evaluate");
+      const c = new OptionChecker("Sequence.evaluate");
+      c.object(opts, ["allLogits", "signal"]);
+      c.bool("allLogits", opts.allLogits);
+      if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+        c.fail("signal", opts.signal, "an AbortSignal");
+      }
+      checkTokenIds("Sequence.evaluate", tokens, this.context.model.hparams.nVocab);
+      if (tokens.length === 0) throw new ContextError("evaluate: no tokens");
+      const n = tokens.length;
+      if (this.nPast + n > this.context.nCtx) {
+        throw new ContextError(
+          `evaluate: sequence ${this.id} holds ${this.nPast} tokens; ${n} more exceed ` +
+            `the context of ${this.context.nCtx}`,
+        );
+      }
+      opts.signal?.throwIfAborted();
+      return this.#queue.submit(this, Int32Array.from(tokens), opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /**
+   * Removes the tokens at positions [p0, p1) and moves the later ones down
+   * by p1 - p0 (their keys are re-rotated before the next decode), so that
+   * positions stay 0..nPast-1 — the context shift of a long chat.
+   */
+  async erase(p0: number, p1: number, signal?: AbortSignal): Promise<void> {
+    this.#assertLive("erase");
+    const n = this.nPast;
+    if (!Number.isInteger(p0) || !Number.isInteger(p1) || p0 < 0 || p1 < p0 || p1 > n) {
+      throw new ContextError(
+        `erase: need 0 <= p0 <= p1 <= ${n} (the tokens held), got ${p0}, ${p1}`,
+      );
+    }
+    if (p0 === p1) return;
+    await this.#edit(signal, (lease) => {
+      lease.seqRm(this.id, p0, p1);
+      if (p1 < this.#tokens.length) lease.seqAdd(this.id, p1, -1, p0 - p1);
+      this.#tokens.splice(p0, p1 - p0);
+    });
+  }
+
+  /** Drops the tokens at positions >= pos (to re-prompt from there). */
+  async truncate(pos: number, signal?: AbortSignal): Promise<void> {
+    this.#assertLive("truncate");
+    if (!Number.isInteger(pos) || pos < 0) {
+      throw new ContextError(`truncate: position must be a non-negative integer, got ${pos}`);
+    }
+    if (pos >= this.nPast) return;
+    await this.#edit(signal, (lease) => {
+      lease.seqRm(this.id, pos, -1);
+      this.#tokens.length = pos;
+    });
+  }
+
+  /** Forgets every token of this sequence. */
+  async clear(signal?: AbortSignal): Promise<void> {
+    this.#assertLive("clear");
+    await this.#edit(signal, (lease) => {
+      lease.seqRm(this.id, -1, -1);
+      this.#tokens = [];
+    });
+  }
+
+  /**
+   * A new sequence holding the same tokens; it shares their cells (no keys
+   * or values are copied) until either diverges.
+   */
+  async fork(signal?: AbortSignal): Promise<Sequence> {
+    this.#assertLive("fork");
+    const other = this.context.sequence();
+    try {
+      await this.#edit(signal, (lease) => {
+        lease.seqCp(this.id, other.id, -1, -1);
+        other.#tokens = [...this.#tokens];
+      });
+    } catch (e) {
+      other[Symbol.dispose]();
+      throw e;
+    }
+    return other;
+  }
+
+  async #edit(signal: AbortSignal | undefined, f: (lease: ContextLease) => void): Promise<void> {
+    // The queue first: evaluations already submitted are not overtaken.
+    await this.#queue.idle(this);
+    using lease = await this.context.acquire(signal);
+    this.#assertLive("edit");
+    f(lease);
+  }
+
+  /**
+   * Appends tokens an evaluation decoded.
+   * @internal
+   */
+  accept(tokens: ArrayLike<number>): void {
+    for (let i = 0; i < tokens.length; i++) this.#tokens.push(tokens[i]);
+  }
+
+  /**
+   * Forgets the tokens from `n` on (a failed evaluation was rolled back).
+   * @internal
+   */
+  truncateTokens(n: number): void {
+    this.#tokens.length = Math.min(this.#tokens.length, n);
+  }
+
+  /** Frees the sequence's cells (once no decode uses the context) and its id. */
+  [Symbol.dispose](): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    const reason = new ContextError(`sequence ${this.id} was disposed`);
+    this.#queue.drop(this, reason);
+    const ctx = this.context;
+    if (ctx.disposed) {
+      this.#release();
+      return;
+    }
+    // The id is given back only after its cells are free, so a new sequence
+    // never starts with this one's tokens.
+    ctx.acquire().then((lease) => {
+      try {
+        lease.seqRm(this.id, -1, -1);
+      } finally {
+        lease[Symbol.dispose]();
+        this.#release();
+      }
+    }, () => this.#release());
+  }
+}
+
+// One evaluation request: its tokens go out in one or more rounds.
+interface Request {
+  seq: Sequence;
+  tokens: Int32Array;
+  sent: number;
+  start: number; // the sequence's length before the request
+  busy: boolean; // in the batch being decoded
+  all: boolean;
+  signal?: AbortSignal;
+  logits: Float32Array[];
+  embeddings: Float32Array[];
+  outputIds: number[];
+  done: PromiseWithResolvers<DecodeResult>;
+}
+
+interface Span {
+  r: Request;
+  from: number; // index in the batch
+  n: number;
+}
+
+/**
+ * Merges the evaluations of a context's sequences into shared batches of
+ * at most nBatch tokens: requests with the fewest tokens left go first (a
+ * generation step does not wait behind a long prompt), a long prompt goes
+ * in chunks.
+ * @internal
+ */
+export class SequenceQueue {
+  #ctx: Context;
+  #pending: Request[] = [];
+  #pump: Promise<void> | null = null;
+
+  /** A queue for `ctx`. */
+  constructor(ctx: Context) {
+    this.#ctx = ctx;
+  }
+
+  /** Queues an evaluation of `tokens` for `seq`. */
+  submit(seq: Sequence, tokens: Int32Array, o: EvaluateOptions): Promise<DecodeResult> {
+    const r: Request = {
+      seq,
+      tokens,
+      sent: 0,
+      start: seq.nPast,
+      busy: false,
+      all: o.allLogits ?? false,
+      signal: o.signal,
+      logits: [],
+      embeddings: [],
+      outputIds: [],
+      done: Promise.withResolvers<DecodeResult>(),
+    };
+    this.#pending.push(r);
+    // Cancelled while waiting for its first round: out of the queue at once.
+    o.signal?.addEventListener("abort", () => {
+      if (r.sent === 0 && !r.busy && this.#pending.includes(r)) {
+        this.#fail(r, o.signal!.reason, null);
+      }
+    }, { once: true });
+    this.#pump ??= this.#run().finally(() => (this.#pump = null));
+    return r.done.promise;
+  }
+
+  /** Resolves when no request of `seq` is pending. */
+  async idle(seq: Sequence): Promise<void> {
+    while (this.#pending.some((r) => r.seq === seq) && this.#pump) await this.#pump;
+  }
+
+  /** Rejects the pending requests of `seq` (disposed). */
+  drop(seq: Sequence, reason: Error): void {
+    for (const r of this.#pending) if (r.seq === seq) this.#fail(r, reason, null);
+    this.#pending = this.#pending.filter((r) => r.seq !== seq);
+  }
+
+  /** Rejects every pending request (the context was disposed). */
+  failAll(reason: Error): void {
+    for (const r of this.#pending) r.done.reject(reason);
+    this.#pending = [];
+  }
+
+  async #run(): Promise<void> {
+    while (this.#pending.length) {
+      let lease: ContextLease;
+      try {
+        lease = await this.#ctx.acquire();
+      } catch (e) {
+        this.failAll(e as Error);
+        return;
+      }
+      try {
+        await this.#round(lease);
+      } finally {
+        lease[Symbol.dispose]();
+      }
+    }
+  }
+
+  // One batch: the next chunk of as many requests as fit nBatch.
+  async #round(lease: ContextLease): Promise<void> {
+    for (const r of [...this.#pending]) {
+      if (r.signal?.aborted) this.#fail(r, r.signal.reason, lease);
+    }
+    // One request per sequence per round (the oldest): a sequence's tokens stay in order.
+    const seen = new Set<Sequence>();
+    const first = this.#pending.filter((r) => !seen.has(r.seq) && seen.add(r.seq));
+    const order = first.sort((a, b) => (a.tokens.length - a.sent) - (b.tokens.length - b.sent));
+    let budget = this.#ctx.nBatch;
+    const spans: Span[] = [];
+    let at = 0;
+    for (const r of order) {
+      const n = Math.min(budget, r.tokens.length - r.sent);
+      if (n <= 0) break;
+      spans.push({ r, from: at, n });
+      at += n;
+      budget -= n;
+    }
+    if (!spans.length) return;
+    try {
+      await this.#decode(lease, spans);
+    } catch (e) {
+      if (spans.length === 1 || this.#ctx.disposed) {
+        for (const s of spans) this.#fail(s.r, e, lease);
+        return;
+      }
+      // Something in the shared batch did not fit: each request on its own
+      // (the failed batch was undone), so only the ones that fail are rejected.
+      for (const s of spans) {
+        await this.#decode(lease, [s]).catch((e) => this.#fail(s.r, e, lease));
+      }
+    }
+  }
+
+  async #decode(lease: ContextLease, spans: Span[]): Promise<void> {
+    const n = spans.reduce((a, s) => a + s.n, 0);
+    const tokens = new Int32Array(n);
+    const seqIds = new Array<number>(n);
+    const logits = new Uint8Array(n);
+    let at = 0;
+    for (const s of spans) {
+      const { r } = s;
+      if (r.sent === 0) r.start = r.seq.nPast;
+      tokens.set(r.tokens.subarray(r.sent, r.sent + s.n), at);
+      seqIds.fill(r.seq.id, at, at + s.n);
+      if (r.all) logits.fill(1, at, at + s.n);
+      else if (r.sent + s.n === r.tokens.length) logits[at + s.n - 1] = 1;
+      s.from = at;
+      at += s.n;
+    }
+    // A lone request can be cancelled inside the kernels; in a shared batch
+    // the others' tokens go on and the cancelled one is rolled back after.
+    const signal = spans.length === 1 ? spans[0].r.signal : undefined;
+    for (const s of spans) s.r.busy = true;
+    let res: DecodeResult;
+    try {
+      res = await lease.decodeBatch({ tokens, seqIds, logits }, { signal });
+    } finally {
+      for (const s of spans) s.r.busy = false;
+    }
+    const rows = res.logits.length ? res.logits : res.embeddings ?? [];
+    res.outputIds.forEach((i, k) => {
+      const s = spans.find((s) => i >= s.from && i < s.from + s.n)!;
+      const row = rows[k];
+      (res.logits.length ? s.r.logits : s.r.embeddings).push(row);
+      s.r.outputIds.push(s.r.sent + i - s.from);
+    });
+    for (const s of spans) {
+      const { r } = s;
+      r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
+      r.sent += s.n;
+      if (r.signal?.aborted) {
+        this.#fail(r, r.signal.reason, lease);
+      } else if (r.sent === r.tokens.length) {
+        this.#pending = this.#pending.filter((x) => x !== r);
+        r.done.resolve({
+          logits: r.logits,
+          embeddings: r.embeddings.length ? r.embeddings : undefined,
+          outputIds: r.outputIds,
+        });
+      }
+    }
+  }
+
+  // Rejects r and removes what it had decoded, so the sequence is as before it.
+  #fail(r: Request, reason: unknown, lease: ContextLease | null): void {
+    this.#pending = this.#pending.filter((x) => x !== r);
+    if (r.sent > 0 && lease && !this.#ctx.disposed) {
+      lease.seqRm(r.seq.id, r.start, -1);
+      r.seq.truncateTokens(r.start);
+    }
+    r.done.reject(reason);
+  }
+}
