@@ -170,8 +170,9 @@ for (const c of CASES) {
     const oracle = await loadOracle();
     using om = oracle.load(c.path);
     using model = await Model.load(c.path);
-    // Batches of at most 3 sequences and 64 tokens: several batches per call.
-    const nBatch = 64, nSeqMax = 3;
+    // Batches of at most 4 sequences and 64 tokens: several batches per call
+    // (llama.cpp's graph reserve wants nSeqMax to divide the micro-batch).
+    const nBatch = 64, nSeqMax = 4;
     using ctx = await Context.create(model, {
       threads: 2,
       nCtx: 512,
@@ -181,6 +182,7 @@ for (const c of CASES) {
     });
     const inputs = c.inputs(om, model);
     const ids = tokenIds(om, model, inputs);
+    assert.ok(ids.reduce((a, t) => a + t.length, 0) > nBatch, "the inputs span several batches");
     for (const pooling of [undefined, ...POOLINGS]) {
       const want = await llamaEmbedding(om, ids, {
         pooling: pooling === undefined ? LlamaPooling.UNSPECIFIED : POOLING_ID[pooling],
@@ -318,6 +320,11 @@ Deno.test("embed: bad options and inputs are one-line errors naming the field", 
   using rctx = await Context.create(rank, { threads: 1, embeddings: true });
   await rejects(() => embed(rctx, ["a"]), OptionError, /pooling_type = 4 \(RANK/);
   assert.equal((await embed(rctx, ["a"], { pooling: "cls" })).length, 1);
+  assert.deepEqual(await embed(ctx, []), []); // nothing to embed is no error
+  // A signal aborted before the call: it rejects with the reason, and the context still works.
+  const reason = new Error("stop");
+  await assert.rejects(() => embed(ctx, ["a"], { signal: AbortSignal.abort(reason) }), reason);
+  assert.equal((await embed(ctx, ["a", "b"])).length, 2 * 2); // BOS + one token each, unpooled
   // An encoder: the training context bounds one input.
   using bert = await Model.load(BERT);
   using bctx = await Context.create(bert, { threads: 1 });

@@ -14,6 +14,7 @@
 import { OptionChecker, OptionError } from "../options.ts";
 import type { Model } from "../model/model.ts";
 import type { Context } from "./context.ts";
+import type { ContextLease } from "./lease.ts";
 import { ContextError } from "./errors.ts";
 
 /**
@@ -193,9 +194,10 @@ function tokenizeInputs(
  * of every input in order; each row normalized.
  *
  * Inputs are packed into batches as sequences 0, 1, ... while they fit
- * (nBatch tokens, nSeqMax sequences, and the cache for decoders), and the
- * context's cache is cleared before each batch: it holds the context for
- * the whole call and leaves nothing of its earlier contents. A decoder
+ * (nSeqMax sequences; nBatch tokens and the cache for decoders, nUbatch
+ * tokens and the training context for encoders), and the context's cache
+ * is cleared before each batch: embed holds the context for the whole call
+ * and leaves its cache empty, whatever sequences held before. A decoder
  * (llama family) needs a context created with `embeddings: true`.
  *
  * @example
@@ -219,16 +221,21 @@ export async function embed(
     );
   }
   const toks = tokenizeInputs(ctx, inputs, opts);
-  // A batch is one decodeBatch call; an encoder also reads its positions
-  // from a table of the training context's rows.
-  const perBatch = Math.min(ctx.nBatch, ctx.nCtx);
-  const perInput = encoder ? Math.min(perBatch, ctx.model.hparams.nCtxTrain) : perBatch;
+  // A batch is one decodeBatch call. An encoder runs it as one graph
+  // (nUbatch), its positions read from a table of the training context's
+  // rows; a decoder's batch goes into the cache, cleared before it.
+  const { nCtxTrain } = ctx.model.hparams;
+  const perBatch = encoder
+    ? Math.min(ctx.nUbatch, ctx.nCtx, nCtxTrain)
+    : Math.min(ctx.nBatch, ctx.nCtx);
   toks.forEach((t, k) => {
-    if (t.length > perInput) {
+    if (t.length > perBatch) {
       throw new ContextError(
-        `embed: inputs[${k}] has ${t.length} tokens, more than the ${perInput} one batch of ` +
-          `${ctx.label} holds (nBatch ${ctx.nBatch}, nCtx ${ctx.nCtx}` +
-          (encoder ? `, training context ${ctx.model.hparams.nCtxTrain})` : ")"),
+        `embed: inputs[${k}] has ${t.length} tokens, more than the ${perBatch} one batch of ` +
+          `${ctx.label} holds (` +
+          (encoder
+            ? `nUbatch ${ctx.nUbatch}, nCtx ${ctx.nCtx}, training context ${nCtxTrain})`
+            : `nBatch ${ctx.nBatch}, nCtx ${ctx.nCtx})`),
       );
     }
   });
@@ -245,41 +252,59 @@ export async function embed(
     cur.push(k);
     used += t.length;
   });
-  batches.push(cur);
+  if (cur.length > 0) batches.push(cur);
 
   const out: Float32Array[] = [];
   using lease = await ctx.acquire(opts.signal);
-  for (const ks of batches) {
-    const tokens: number[] = [], pos: number[] = [], seqIds: number[] = [];
-    ks.forEach((k, s) => {
-      toks[k].forEach((t, i) => {
-        tokens.push(t);
-        pos.push(i);
-        seqIds.push(s);
-      });
-    });
-    lease.clear();
-    const r = await lease.decodeBatch(
-      { tokens, pos, seqIds, logits: new Uint8Array(tokens.length).fill(1) },
-      { signal: opts.signal },
-    );
-    const rows = r.embeddings;
-    if (!rows || rows.length !== tokens.length) {
-      throw new ContextError(
-        `embed: ${ctx.label} returned ${
-          rows?.length ?? 0
-        } hidden states for ${tokens.length} tokens`,
-      );
+  try {
+    for (const ks of batches) {
+      out.push(...await embedBatch(lease, ks, toks, { pooling, normalize, signal: opts.signal }));
     }
-    let at = 0;
-    for (const k of ks) {
-      const mine = rows.slice(at, at + toks[k].length);
-      at += toks[k].length;
-      if (pooling === "none") {
-        for (const row of mine) out.push(normalizeEmbedding(row, normalize));
-      } else out.push(normalizeEmbedding(poolRows(mine, pooling), normalize));
+  } finally {
+    // Nothing of the inputs stays cached (a disposed context has no cache left to clear).
+    if (!ctx.disposed) lease.clear();
+  }
+  return out;
+}
+
+/** One batch: input ks[s] as sequence s at positions 0.., every token an output; its rows. */
+async function embedBatch(
+  lease: ContextLease,
+  ks: readonly number[],
+  toks: readonly Int32Array[],
+  o: { pooling: Pooling; normalize: number; signal?: AbortSignal },
+): Promise<Float32Array[]> {
+  const tokens: number[] = [], pos: number[] = [], seqIds: number[] = [];
+  ks.forEach((k, s) => {
+    toks[k].forEach((t, i) => {
+      tokens.push(t);
+      pos.push(i);
+      seqIds.push(s);
+    });
+  });
+  // llama-embedding's batch_decode clears the cache before each batch.
+  lease.clear();
+  const r = await lease.decodeBatch(
+    { tokens, pos, seqIds, logits: new Uint8Array(tokens.length).fill(1) },
+    { signal: o.signal },
+  );
+  const rows = r.embeddings;
+  if (!rows || rows.length !== tokens.length) {
+    const n = rows?.length ?? 0;
+    throw new ContextError(
+      `embed: ${lease.context.label} returned ${n} hidden states for ${tokens.length} tokens`,
+    );
+  }
+  const out: Float32Array[] = [];
+  let at = 0;
+  for (const k of ks) {
+    const mine = rows.slice(at, at + toks[k].length);
+    at += toks[k].length;
+    if (o.pooling === "none") {
+      for (const row of mine) out.push(normalizeEmbedding(row, o.normalize));
+    } else {
+      out.push(normalizeEmbedding(poolRows(mine, o.pooling), o.normalize));
     }
   }
-  lease.clear();
   return out;
 }

@@ -110,7 +110,7 @@ export interface OraclePooledOptions {
   nBatch?: number;
   /** Micro-batch size. Default nBatch (a sequence's pooled row spans one micro-batch). */
   nUbatch?: number;
-  /** Sequences. Default 8. */
+  /** Sequences. Default 8. It must divide nUbatch (llama.cpp's reserve graph of MEAN asserts). */
   nSeqMax?: number;
   /** Threads. Default 1. */
   threads?: number;
