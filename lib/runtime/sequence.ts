@@ -206,12 +206,12 @@ export class Sequence implements Disposable {
     // never starts with this one's tokens.
     ctx.acquire().then((lease) => {
       try {
-        lease.seqRm(this.id, -1, -1);
+        if (!ctx.disposed) lease.seqRm(this.id, -1, -1);
       } finally {
         lease[Symbol.dispose]();
         this.#release();
       }
-    }, () => this.#release());
+    }, () => this.#release()); // the context was disposed meanwhile: nothing to free
   }
 }
 
