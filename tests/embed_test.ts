@@ -321,6 +321,12 @@ Deno.test("embed: bad options and inputs are one-line errors naming the field", 
   await rejects(() => embed(rctx, ["a"]), OptionError, /pooling_type = 4 \(RANK/);
   assert.equal((await embed(rctx, ["a"], { pooling: "cls" })).length, 1);
   assert.deepEqual(await embed(ctx, []), []); // nothing to embed is no error
+  // A live Sequence would lose its cells to embed's clear: refused until disposed.
+  {
+    using _seq = ctx.sequence();
+    await rejects(() => embed(ctx, ["a"]), ContextError, /sequence 0 .* held by a Sequence/);
+  }
+  assert.equal((await embed(ctx, ["a"], { pooling: "last" })).length, 1);
   // A signal aborted before the call: it rejects with the reason, and the context still works.
   const reason = new Error("stop");
   await assert.rejects(() => embed(ctx, ["a"], { signal: AbortSignal.abort(reason) }), reason);

@@ -197,8 +197,9 @@ function tokenizeInputs(
  * (nSeqMax sequences; nBatch tokens and the cache for decoders, nUbatch
  * tokens and the training context for encoders), and the context's cache
  * is cleared before each batch: embed holds the context for the whole call
- * and leaves its cache empty, whatever sequences held before. A decoder
- * (llama family) needs a context created with `embeddings: true`.
+ * and leaves its cache empty, so it refuses a decoder's context while a
+ * {@link Context.sequence} object is alive. A decoder (llama family) needs
+ * a context created with `embeddings: true`.
  *
  * @example
  * ```ts ignore
@@ -256,6 +257,18 @@ export async function embed(
 
   const out: Float32Array[] = [];
   using lease = await ctx.acquire(opts.signal);
+  if (!encoder) {
+    // embed clears the whole cache, which would wipe what a Sequence holds.
+    // Checked under the lease: a disposed Sequence gives its id back under one.
+    for (let id = 0; id < ctx.nSeqMax; id++) {
+      if (ctx.seqHeld(id)) {
+        throw new ContextError(
+          `embed: sequence ${id} of ${ctx.label} is held by a Sequence object, and embed ` +
+            `clears the whole cache; dispose it or embed with another context`,
+        );
+      }
+    }
+  }
   try {
     for (const ks of batches) {
       out.push(...await embedBatch(lease, ks, toks, { pooling, normalize, signal: opts.signal }));
