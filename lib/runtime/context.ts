@@ -519,9 +519,10 @@ export class Context implements Disposable, AsyncDisposable {
     }
     const b = batchFromInput("Context.decodeBatch", batch, {
       nVocab: this.model.hparams.nVocab,
+      nEmbd: this.model.hparams.nEmbd,
       nSeqMax: this.nSeqMax,
     });
-    const n = b.token!.length;
+    const n = b.token ? b.token.length : b.embd!.length / this.model.hparams.nEmbd;
     if (n > this.nBatch) {
       throw new ContextError(`decodeBatch: ${n} tokens exceed nBatch ${this.nBatch}`);
     }

@@ -383,7 +383,8 @@ export class SequenceQueue {
     });
     for (const s of spans) {
       const { r } = s;
-      r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
+      // An encoder keeps nothing between calls: its sequences stay empty.
+      if (this.#ctx.kvCache) r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
       r.sent += s.n;
       if (r.signal?.aborted) {
         this.#fail(r, r.signal.reason, lease);
