@@ -72,6 +72,17 @@ export {
 } from "./lib/runtime/state.ts";
 export type { SamplerChainState } from "./lib/sample/chain.ts";
 
+// ---- embeddings ---------------------------------------------------------------
+export {
+  defaultPooling,
+  embed,
+  type EmbedOptions,
+  normalizeEmbedding,
+  type Pooling,
+  POOLINGS,
+  poolRows,
+} from "./lib/runtime/embed.ts";
+
 // ---- GGUF files and ggml types ----------------------------------------------
 export {
   type GGUFArray,
