@@ -15,17 +15,15 @@
  * @module
  */
 import type { Backend } from "../backend/types.ts";
-import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../ggml/types.ts";
-import { BatchSplitter, type Ubatch } from "../kv/batch.ts";
-import { KvCache, N_KV_PAD, type SlotInfo, type SlotUndo } from "../kv/cache.ts";
+import { KvCache, N_KV_PAD } from "../kv/cache.ts";
 import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
-import type { ArchGraph } from "../model/arch/types.ts";
-import { buildGraph, buildShiftGraph, encoderMask } from "./graphs.ts";
-import { batchFromInput, type BatchInput, checkInt, checkPos, checkSeqId } from "./batch_input.ts";
+import { buildGraph } from "./graphs.ts";
+import { Decoder } from "./decoder.ts";
+import { batchFromInput, type BatchInput } from "./batch_input.ts";
+import { memoryOps } from "./memory.ts";
 import type { Batch } from "../kv/batch.ts";
-import { KvError } from "../kv/cells.ts";
 import { Sequence, SequenceQueue } from "./sequence.ts";
 import { Scheduler } from "../sched/scheduler.ts";
 import {
@@ -43,104 +41,24 @@ export { ContextBusyError, ContextDisposedError, ContextError } from "./errors.t
 export { ContextLease, type LeaseOps, type MemoryOps } from "./lease.ts";
 export type { BatchInput } from "./batch_input.ts";
 import { FifoLock } from "./lock.ts";
-import { validateContextOptions, validateDecode } from "./options.ts";
+import {
+  type BatchDecodeOptions,
+  type ContextDecodeOptions,
+  type ContextOptions,
+  type DecodeResult,
+  validateContextOptions,
+  validateDecode,
+} from "./options.ts";
+
+export type {
+  BatchDecodeOptions,
+  ContextDecodeOptions,
+  ContextOptions,
+  DecodeResult,
+} from "./options.ts";
 import { OptionChecker } from "../options.ts";
 import type { MemoryOps } from "./lease.ts";
 import { dryBackend, memoryShortfall } from "./sizing.ts";
-
-/** Options of {@link Context.create}. */
-export interface ContextOptions {
-  /** Cache cells (rounded up to 256); default: the model's training context, at most 4096. */
-  nCtx?: number;
-  /**
-   * Most tokens one {@link Context.decodeBatch} call may hold (llama.cpp's
-   * n_batch); {@link Context.decode} cuts longer inputs into such chunks.
-   * Default 512.
-   */
-  nBatch?: number;
-  /**
-   * Most tokens per graph evaluation (llama.cpp's n_ubatch), at most
-   * nBatch; default nBatch. For an encoder (bert, no cache) also the longest
-   * input, with nCtx and the model's training context: its whole input is
-   * one graph.
-   */
-  nUbatch?: number;
-  /**
-   * Sequences (ids 0..nSeqMax-1) sharing the one cache of nCtx cells
-   * (llama.cpp's n_seq_max with kv_unified). Default 1, at most 256.
-   */
-  nSeqMax?: number;
-  /**
-   * Output final hidden states (after the output norm, llama.cpp's
-   * `result_norm`) instead of logits, in {@link DecodeResult.embeddings}.
-   * Encoders (bert) always do. Default false.
-   */
-  embeddings?: boolean;
-  /** CPU threads; default: physical cores. */
-  threads?: number;
-  /** KV cache element type. Default "f16" (llama.cpp's default). */
-  kvType?: "f16" | "f32";
-  /**
-   * Where layers run: "cpu" (native kernels), "ref" (pure TypeScript), or
-   * `{ cpuLayers: k }` — layers below k on the CPU backend, the rest (and
-   * the output head) on the reference backend, with copies between them.
-   * Shorthands for {@link ContextOptions.backends}: `["cpu"]`, `["ref"]`
-   * and `["cpu", "ref"]` with `layerSplit: [k]`.
-   */
-  backend?: "cpu" | "ref" | { cpuLayers: number };
-  /**
-   * The backends by registry name ("cpu", "ref"), highest priority first,
-   * each once; not together with {@link ContextOptions.backend}. Without
-   * {@link ContextOptions.layerSplit} the first runs every layer and the
-   * others only ops it cannot run.
-   */
-  backends?: readonly string[];
-  /**
-   * With {@link ContextOptions.backends}: layers run by each backend but the
-   * last, in order (`[3]`: layers 0..2 on `backends[0]`); the last runs the
-   * rest and the output head.
-   */
-  layerSplit?: readonly number[];
-  /**
-   * Debugging: intermediate tensors to keep and copy into
-   * {@link Context.lastTaps} after each graph run, by llama.cpp's callback
-   * names ("attn_norm-0", "Kcur-2", "kq_soft_max-1", "l_out-5",
-   * "result_norm", "result_output", ...). Off by default.
-   */
-  debugTaps?: readonly string[];
-}
-
-/**
- * The output rows that were asked for, in batch order: logits [nVocab] for
- * decoders, hidden states [nEmbd] for encoders and contexts in embeddings
- * mode (whose `logits` is empty).
- */
-export interface DecodeResult {
-  /** Logits per output row (decoders). */
-  readonly logits: Float32Array[];
-  /** Final hidden state per output row (encoders, embeddings mode), unpooled. */
-  readonly embeddings?: Float32Array[];
-  /** The batch index of each output row, ascending. */
-  readonly outputIds: number[];
-}
-
-/** Options of {@link Context.decodeBatch}. */
-export interface BatchDecodeOptions {
-  /** Cancels the decode, as in {@link ContextDecodeOptions.signal}. */
-  signal?: AbortSignal;
-}
-
-/** Options of {@link Context.decode}. */
-export interface ContextDecodeOptions {
-  /** Logits of every token, not only the last. */
-  allLogits?: boolean;
-  /**
-   * Cancels the decode, while it waits for the context or while the kernels
-   * run (they stop within a node or row chunk); it then rejects with the
-   * signal's reason and the cache is as it was before the call.
-   */
-  signal?: AbortSignal;
-}
 
 interface Shape {
   nCtx: number;
@@ -220,11 +138,7 @@ export class Context implements Disposable, AsyncDisposable {
   #sched: Scheduler;
   #backends: Backend[];
   #use: ModelUse;
-  #splitter = new BatchSplitter();
-  #mask = new Float32Array(0);
-  #taps: ReadonlySet<string> | undefined;
-  // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
-  #last: { key: string; g: Graph; io: ArchGraph } | null = null;
+  #decoder: Decoder;
   #lock = new FifoLock();
   // The decode running now (the kernels may be reading native memory).
   #running: Promise<unknown> | null = null;
@@ -236,7 +150,9 @@ export class Context implements Disposable, AsyncDisposable {
   #owners: (Sequence | null)[];
   #queue: SequenceQueue | null = null;
   /** Values of {@link ContextOptions.debugTaps} from the last graph run (ggml element order). */
-  readonly lastTaps: Map<string, Float32Array> = new Map();
+  get lastTaps(): Map<string, Float32Array> {
+    return this.#decoder.lastTaps;
+  }
 
   private constructor(model: Model, label: string, p: Parts) {
     this.model = model;
@@ -253,7 +169,17 @@ export class Context implements Disposable, AsyncDisposable {
     this.#backends = p.backends;
     this.#kv = p.kv;
     this.#sched = p.sched;
-    this.#taps = p.taps;
+    this.#decoder = new Decoder({
+      model,
+      kv: p.kv,
+      sched: p.sched,
+      taps: p.taps,
+      nUbatch: p.o.nUbatch,
+      nSeqMax: p.o.nSeqMax,
+      embeddings: p.o.embeddings,
+      closer: this.#closer.signal,
+      isOpen: () => this.#state === "open",
+    });
     this.#use = p.use;
     forgotten.register(this, { backends: p.backends, use: p.use }, this);
   }
@@ -411,6 +337,14 @@ export class Context implements Disposable, AsyncDisposable {
     return seq;
   }
 
+  /**
+   * Whether a Sequence object holds sequence id `id`.
+   * @internal
+   */
+  seqHeld(id: number): boolean {
+    return this.#owners[id] != null;
+  }
+
   #assertSeq0Free(what: string): void {
     if (this.#owners[0]) {
       throw new ContextError(
@@ -491,60 +425,12 @@ export class Context implements Disposable, AsyncDisposable {
   }
 
   // The cache edits, checked; callers have made sure no decode runs.
-  #memory: MemoryOps = {
-    clear: () => {
-      this.#assertOpen("clear");
-      this.#kv?.clear();
-    },
-    seqRm: (seq, p0 = -1, p1 = -1) => {
-      this.#assertOpen("seqRm");
-      if (seq !== -1) checkSeqId("seqRm", "seq", seq, this.nSeqMax);
-      checkPos("seqRm", "p0", p0), checkPos("seqRm", "p1", p1);
-      return this.#kv?.seqRm(seq, p0, p1) ?? true;
-    },
-    seqCp: (src, dst, p0 = -1, p1 = -1) => {
-      this.#assertOpen("seqCp");
-      checkSeqId("seqCp", "src", src, this.nSeqMax), checkSeqId("seqCp", "dst", dst, this.nSeqMax);
-      checkPos("seqCp", "p0", p0), checkPos("seqCp", "p1", p1);
-      this.#kv?.seqCp(src, dst, p0, p1);
-    },
-    seqKeep: (seq) => {
-      this.#assertOpen("seqKeep");
-      checkSeqId("seqKeep", "seq", seq, this.nSeqMax);
-      this.#kv?.seqKeep(seq);
-    },
-    seqAdd: (seq, p0, p1, delta) => {
-      this.#assertOpen("seqAdd");
-      checkSeqId("seqAdd", "seq", seq, this.nSeqMax);
-      checkPos("seqAdd", "p0", p0), checkPos("seqAdd", "p1", p1);
-      checkInt("seqAdd", "delta", delta, -(2 ** 31 - 1));
-      this.#checkShiftable("seqAdd");
-      this.#kv?.seqAdd(seq, p0, p1, delta);
-    },
-    seqDiv: (seq, p0, p1, d) => {
-      this.#assertOpen("seqDiv");
-      checkSeqId("seqDiv", "seq", seq, this.nSeqMax);
-      checkPos("seqDiv", "p0", p0), checkPos("seqDiv", "p1", p1);
-      checkInt("seqDiv", "d", d, 1);
-      this.#checkShiftable("seqDiv");
-      this.#kv?.seqDiv(seq, p0, p1, d);
-    },
-    seqPosMin: (seq) => {
-      checkSeqId("seqPosMin", "seq", seq, this.nSeqMax);
-      return this.#kv ? this.#kv.seqPosMin(seq) : -1;
-    },
-    seqPosMax: (seq) => {
-      checkSeqId("seqPosMax", "seq", seq, this.nSeqMax);
-      return this.#kv ? this.#kv.seqPosMax(seq) : -1;
-    },
-  };
-
-  // llama_kv_cache::get_can_shift: moving positions needs keys that can be re-rotated.
-  #checkShiftable(what: string): void {
-    if (this.#kv && this.model.arch.rope === "none") {
-      throw new ContextError(`${what}: ${this.model.hparams.arch} has no RoPE to shift keys with`);
-    }
-  }
+  #memory: MemoryOps = memoryOps({
+    kv: () => this.#kv,
+    nSeqMax: () => this.nSeqMax,
+    arch: () => this.model,
+    assertOpen: (what) => this.#assertOpen(what),
+  });
 
   /**
    * Waits for the context (callers are served in call order) and returns a
@@ -633,13 +519,14 @@ export class Context implements Disposable, AsyncDisposable {
     }
     const b = batchFromInput("Context.decodeBatch", batch, {
       nVocab: this.model.hparams.nVocab,
+      nEmbd: this.model.hparams.nEmbd,
       nSeqMax: this.nSeqMax,
     });
-    const n = b.token!.length;
+    const n = b.token ? b.token.length : b.embd!.length / this.model.hparams.nEmbd;
     if (n > this.nBatch) {
       throw new ContextError(`decodeBatch: ${n} tokens exceed nBatch ${this.nBatch}`);
     }
-    if (!this.#kv) this.#checkEncoderInput(n);
+    if (!this.#kv) this.#checkEncoderInput(n, encoderSpan(b));
     return this.#start([b], opts?.signal);
   }
 
@@ -651,8 +538,8 @@ export class Context implements Disposable, AsyncDisposable {
       ? AbortSignal.any([callerSignal, this.#closer.signal])
       : this.#closer.signal;
     const run = this.#kv
-      ? this.#decodeAll(this.#kv, parts, signal)
-      : this.#encode(parts[0], signal);
+      ? this.#decoder.decode(this.#kv, parts, signal)
+      : this.#decoder.encode(parts[0], signal);
     this.#running = run;
     const clear = () => {
       this.#running = null;
@@ -667,160 +554,26 @@ export class Context implements Disposable, AsyncDisposable {
    * micro-batches; llama.cpp asserts n_ubatch >= n_tokens), so the input
    * must fit nUbatch, nCtx and the positions the model was trained on.
    */
-  #checkEncoderInput(n: number): void {
+  #checkEncoderInput(n: number, longest = n): void {
     const { nCtxTrain } = this.model.hparams;
-    const max = Math.min(this.nUbatch, this.nCtx, nCtxTrain);
-    if (n > max) {
+    const max = Math.min(this.nUbatch, this.nCtx);
+    if (n > max || longest > nCtxTrain) {
+      const what = n > max
+        ? `${n} tokens exceed the ${max}`
+        : `${longest} tokens of one sequence exceed the ${nCtxTrain} positions`;
       throw new ContextError(
-        `decode: ${n} tokens exceed the ${max} this encoder context evaluates at once ` +
+        `decode: ${what} this encoder context evaluates at once ` +
           `(nUbatch ${this.nUbatch}, nCtx ${this.nCtx}, training context ${nCtxTrain}): ` +
           `its attention spans the whole input, which is never split`,
       );
     }
   }
 
-  #init(b: Batch, kv: KvCache | null, outputAll: boolean): void {
-    try {
-      this.#splitter.init(b, {
-        nVocab: this.model.hparams.nVocab,
-        nSeqMax: this.nSeqMax,
-        memory: kv ?? undefined,
-        outputAll,
-      });
-    } catch (e) {
-      // The positions or sequence sets do not continue the cache (llama_batch_allocr::init).
-      if (e instanceof KvError) throw new ContextError(`decode: ${e.message}`);
-      throw e;
-    }
-  }
-
-  // No cache (encoders): every token attends to the whole input, so it is
-  // evaluated in one graph; llama.cpp's encode computes every row whatever
-  // the output flags, so the rows returned have the bits of llama.cpp's.
-  async #encode(b: Batch, signal: AbortSignal): Promise<DecodeResult> {
-    const n = b.token!.length;
-    const want = b.logits ? Array.from(b.logits, (f) => f !== 0) : null;
-    this.#init(b, null, true);
-    const ub = this.#splitter.splitSimple(n)!;
-    const rows = await this.#decodeUbatch(ub, null, signal);
-    const outputIds: number[] = [];
-    for (let i = 0; i < n; i++) if (want ? want[i] : i === n - 1) outputIds.push(i);
-    return { logits: [], embeddings: outputIds.map((i) => rows[i]), outputIds };
-  }
-
-  async #decodeAll(kv: KvCache, parts: Batch[], signal: AbortSignal): Promise<DecodeResult> {
-    // Keys whose positions moved are re-rotated first (llama_context::decode
-    // runs the memory update before placing the batch). Not abortable: half
-    // of the layers rotated would corrupt the cache.
-    if (kv.hasShift) await this.#applyShift(kv);
-    const out: Float32Array[] = [];
-    const outputIds: number[] = [];
-    const undo: SlotUndo[] = [];
-    let offset = 0;
-    try {
-      for (const b of parts) {
-        this.#init(b, kv, false);
-        const ubs: Ubatch[] = [];
-        for (let ub = this.#splitter.splitSimple(this.nUbatch); ub;) {
-          ubs.push(ub);
-          ub = this.#splitter.splitSimple(this.nUbatch);
-        }
-        // Every micro-batch is placed before any runs (llama_kv_cache::prepare).
-        const slots = kv.prepare(ubs);
-        if (!slots) {
-          throw new ContextError(
-            `decode: no room for ${b.token!.length} tokens in the KV cache ` +
-              `(${kv.cells.used} of ${kv.size} cells used)`,
-          );
-        }
-        for (let i = 0; i < ubs.length; i++) {
-          signal.throwIfAborted();
-          undo.push(kv.saveSlot(slots[i]));
-          kv.applyUbatch(slots[i], ubs[i]);
-          out.push(...await this.#decodeUbatch(ubs[i], slots[i], signal));
-        }
-        for (const i of this.#splitter.outIds) outputIds.push(offset + i);
-        offset += b.token!.length;
-      }
-    } catch (e) {
-      // The whole call is undone, completed micro-batches included, so the
-      // caller can retry it: the cells go back to what they were, and the
-      // keys and values written into them are masked out until overwritten.
-      if (this.#state === "open") kv.undo(undo);
-      throw e;
-    }
-    return this.embeddings
-      ? { logits: [], embeddings: out, outputIds }
-      : { logits: out, outputIds };
-  }
-
-  async #applyShift(kv: KvCache): Promise<void> {
-    this.#last = null; // the scheduler's plan becomes the shift graph's
-    const { g, shift } = buildShiftGraph(this.model, kv);
-    this.#sched.alloc(g);
-    this.#sched.setInput(shift, kv.shiftInput());
-    await this.#sched.compute(this.#closer.signal);
-    this.#closer.signal.throwIfAborted();
-    kv.resetShift();
-  }
-
-  async #decodeUbatch(
-    ub: Ubatch,
-    slot: SlotInfo | null,
-    signal: AbortSignal,
-  ): Promise<Float32Array[]> {
-    const kv = this.#kv;
-    const nKv = kv ? kv.nKv() : ub.nTokens;
-    const outRows: number[] = [];
-    ub.output.forEach((f, i) => f && outRows.push(i));
-    const sched = this.#sched;
-    // A step shaped like the last one reuses its graph, plan and encoded
-    // nodes; only the inputs and the cells the keys and values land in change.
-    const key = `${ub.nTokens}/${outRows.length}/${nKv}`;
-    let last = this.#last?.key === key ? this.#last : null;
-    // Without a cache a graph of the same shape is reused as it is.
-    const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
-    if (moved) {
-      sched.update(moved);
-    } else if (!last || kv) {
-      last = null;
-      this.#last = null; // until the new plan is in place
-      const { g, io } = buildGraph(this.model, kv, this.#taps, {
-        nTokens: ub.nTokens,
-        nOutputs: outRows.length,
-        nKv,
-        slot,
-        embeddings: this.embeddings,
-      });
-      sched.alloc(g);
-      last = this.#last = { key, g, io };
-    }
-    const io = last!.io;
-    sched.setInput(io.tokens, ub.token!);
-    if (io.pos) sched.setInput(io.pos, ub.pos);
-    if (this.#mask.length !== nKv * ub.nTokens) this.#mask = new Float32Array(nKv * ub.nTokens);
-    // Without a cache, non-causal whatever attention.causal says: llama.cpp's
-    // encode (which llama_decode runs for such models) always is.
-    if (kv) kv.fillMask(ub, nKv, this.#mask);
-    else encoderMask(ub, false, this.#mask);
-    sched.setInput(io.mask, this.#mask);
-    if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
-    await sched.compute(signal);
-    signal.throwIfAborted(); // the flag may have come after the last node
-    this.lastTaps.clear();
-    for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
-    if (!io.output) return [];
-    const all = sched.read(io.output); // a copy the caller may keep
-    if (outRows.length === 1) return [all];
-    const width = io.output.ne[0];
-    return outRows.map((_, r) => all.subarray(r * width, (r + 1) * width));
-  }
-
   #free(): void {
     if (this.#state === "freed") return;
     this.#state = "freed";
     forgotten.unregister(this);
-    this.#last = null;
+    this.#decoder.reset();
     this.#sched[Symbol.dispose]();
     this.#kv?.[Symbol.dispose]();
     for (const b of this.#backends) b[Symbol.dispose]();
@@ -854,4 +607,20 @@ export class Context implements Disposable, AsyncDisposable {
     this[Symbol.dispose]();
     await this.#freed.promise;
   }
+}
+
+/**
+ * The most positions one sequence of an encoder batch spans (positions
+ * start at 0 for every sequence: nothing is cached): several short inputs
+ * may share a batch longer than the training context.
+ */
+function encoderSpan(b: Batch): number {
+  if (b.pos) return Math.max(...b.pos) + 1;
+  const count = new Map<number, number>();
+  const n = b.token?.length ?? b.seqId?.length ?? 0;
+  for (let i = 0; i < n; i++) {
+    const s = b.seqId ? b.seqId[i][0] : 0;
+    count.set(s, (count.get(s) ?? 0) + 1);
+  }
+  return Math.max(0, ...count.values());
 }

@@ -18,6 +18,7 @@ import { StreamDecoder } from "../tokenizer/mod.ts";
 import { OptionError } from "../options.ts";
 import { Context, ContextError, type ContextOptions } from "./context.ts";
 import { choiceOptions } from "./backends.ts";
+import { Sequence } from "./sequence.ts";
 
 /** Options of {@link generate}. */
 export interface GenerateOptions
@@ -40,6 +41,13 @@ export interface GenerateOptions
   special?: boolean;
   /** Cancels generation between tokens (and aborts a running decode). */
   signal?: AbortSignal;
+  /**
+   * When the sequence fills the context, keep the first `nKeep` tokens
+   * (after BOS), discard `nDiscard` (default: half of the rest) and go on,
+   * the cached keys moved down (llama-server's context shift). Off by
+   * default: generation then stops with stopReason "context".
+   */
+  contextShift?: boolean | { nKeep?: number; nDiscard?: number };
 }
 
 /** One generated token. */
@@ -54,6 +62,10 @@ export interface GeneratedToken {
 export interface GenerateTimings {
   /** Prompt tokens evaluated. */
   readonly promptTokens: number;
+  /** Prompt tokens reused from the sequence's cache (not evaluated again). */
+  readonly reusedTokens: number;
+  /** Context shifts done. */
+  readonly shifts: number;
   /** Tokens generated. */
   readonly genTokens: number;
   /** Prompt tokens per second. */
@@ -92,25 +104,111 @@ export function samplerFor(ctx: Context, opts: GenerateOptions = {}): SamplerCha
   });
 }
 
+/** What a generation decodes into: a context's sequence 0, or a {@link Sequence}. */
+interface Target {
+  /** Tokens cached before the prompt (reused). */
+  reused: number;
+  /** Tokens cached now. */
+  nPast(): number;
+  /** Logits of the last of `ids`, evaluated after the cache. */
+  eval(ids: ArrayLike<number>): Promise<Float32Array>;
+  /** Removes [p0, p1) and moves the rest down (context shift). */
+  erase(p0: number, p1: number): Promise<void>;
+  /** Ends the generation. */
+  close(): void;
+}
+
+// A context's sequence 0, held (leased) for the whole generation; started afresh.
+async function contextTarget(ctx: Context, signal?: AbortSignal): Promise<Target> {
+  const lease = await ctx.acquire(signal);
+  try {
+    if (ctx.seqHeld(0)) {
+      throw new ContextError(
+        `generate: sequence 0 of ${ctx.label} is held by a Sequence object; generate on that sequence`,
+      );
+    }
+    lease.seqRm(0, -1, -1); // sequence 0 only: other sequences keep their cells
+  } catch (e) {
+    lease[Symbol.dispose]();
+    throw e;
+  }
+  return {
+    reused: 0,
+    nPast: () => lease.seqPosMax(0) + 1,
+    eval: async (ids) => (await lease.decode(ids, { signal })).logits[0],
+    erase: (p0, p1) => {
+      lease.seqRm(0, p0, p1);
+      lease.seqAdd(0, p1, -1, p0 - p1);
+      return Promise.resolve();
+    },
+    close: () => lease[Symbol.dispose](),
+  };
+}
+
+// A sequence keeps its cache: a prompt sharing a prefix with what it holds
+// evaluates only the rest (llama-server's cache_prompt); other sequences'
+// evaluations share the batches.
+async function sequenceTarget(seq: Sequence, prompt: number[], signal?: AbortSignal) {
+  const held = seq.tokens;
+  let same = 0;
+  while (same < held.length && same < prompt.length && held[same] === prompt[same]) same++;
+  // The last prompt token is evaluated again when all is cached: its logits are needed.
+  if (same === prompt.length) same--;
+  await seq.truncate(same, signal);
+  const t: Target = {
+    reused: same,
+    nPast: () => seq.nPast,
+    eval: async (ids) => (await seq.evaluate(ids, { signal })).logits[0],
+    erase: (p0, p1) => seq.erase(p0, p1, signal),
+    close() {},
+  };
+  return t;
+}
+
 /**
  * Generates from `prompt`, yielding each token as it is sampled; the
- * iterator's return value is the {@link GenerateResult}. The context's cache
- * is cleared first. The generation holds the context from its first step
- * until it finishes (or the iterator is returned): a second generation or
- * decode on the same context waits for it rather than mixing into it.
+ * iterator's return value is the {@link GenerateResult}.
+ *
+ * On a {@link Context} it uses sequence 0, cleared first, and holds the
+ * context from its first step until it finishes (or the iterator is
+ * returned): a second generation or decode on the same context waits for
+ * it rather than mixing into it. On a {@link Sequence} it keeps what the
+ * sequence holds: a prompt that starts with the sequence's tokens (the
+ * next turn of a chat) evaluates only the new ones, and generations on
+ * other sequences of the context run at the same time, in shared batches.
+ *
+ * A prompt longer than the context is an error naming both lengths. When
+ * the sequence fills the context, generation stops (stopReason "context")
+ * unless `contextShift` asks to discard older tokens and go on.
+ *
+ * @example A chat turn on a sequence: the earlier turns are not evaluated again
+ * ```ts ignore
+ * using seq = ctx.sequence();
+ * const first = await generateText(seq, "Q: Who is Natasha?\nA:");
+ * const next = await generateText(seq, "Q: Who is Natasha?\nA:" + first.text + "\nQ: And Pierre?\nA:");
+ * next.timings.reusedTokens; // the first turn's tokens
+ * ```
  */
 export async function* generate(
-  ctx: Context,
+  target: Context | Sequence,
   prompt: string,
   opts: GenerateOptions = {},
 ): AsyncGenerator<GeneratedToken, GenerateResult, undefined> {
   if (typeof prompt !== "string") throw new OptionError("generate", "prompt", prompt, "a string");
   validateGenerateOptions(opts);
-  if (ctx.model.arch.output !== "logits") {
+  const seq = target instanceof Sequence ? target : null;
+  const ctx = seq ? seq.context : target as Context;
+  if (!(ctx instanceof Context)) {
+    throw new OptionError("generate", "target", target, "a Context or a Sequence");
+  }
+  if (ctx.model.arch.output !== "logits" || ctx.embeddings) {
     // An encoder's decode returns hidden states: there is nothing to sample.
+    const what = ctx.model.arch.output === "logits"
+      ? `runs in an embeddings context, which outputs hidden states`
+      : `is a ${ctx.model.hparams.arch} model, which outputs hidden states`;
     throw new ContextError(
-      `generate: ${ctx.model.file.header.path} is a ${ctx.model.hparams.arch} model, which ` +
-        `outputs hidden states (embeddings), not next-token logits: it cannot generate text`,
+      `generate: ${ctx.model.file.header.path} ${what} (embeddings), not next-token logits: ` +
+        `it cannot generate text`,
     );
   }
   const tok = ctx.model.tokenizer;
@@ -118,33 +216,45 @@ export async function* generate(
   const maxTokens = opts.maxTokens === -1 ? Infinity : opts.maxTokens ?? 128;
   const chain = samplerFor(ctx, opts);
   const stream = new StreamDecoder(tok, { special: opts.special });
-  const promptIds = tok.encode(prompt, {
-    addSpecial: opts.addSpecial ?? true,
-    parseSpecial: opts.parseSpecial,
-  });
+  const encode = (text: string) =>
+    tok.encode(text, { addSpecial: opts.addSpecial ?? true, parseSpecial: opts.parseSpecial });
+  const promptIds = encode(prompt);
   if (promptIds.length === 0) throw new RangeError("generate: the prompt has no tokens");
+  if (promptIds.length > ctx.nCtx) {
+    throw new ContextError(
+      `generate: the prompt has ${promptIds.length} tokens; the context holds ${ctx.nCtx}`,
+    );
+  }
+  const shift = shiftRule(opts, ctx, tok.encode("", { addSpecial: opts.addSpecial ?? true }));
   // Penalties look at the prompt; the grammar constrains only the output.
   for (const id of promptIds) chain.accept(id, false);
 
-  using lease = await ctx.acquire(opts.signal);
-  let guide: Context | null = null;
+  const main = seq
+    ? await sequenceTarget(seq, promptIds, opts.signal)
+    : await contextTarget(ctx, opts.signal);
+  let guide: Target | null = null;
+  let guideOwner: Context | Sequence | null = null;
   try {
-    lease.seqRm(0, -1, -1); // sequence 0 only: other sequences keep their cells
     const t0 = performance.now();
-    let logits = (await lease.decode(promptIds, { signal: opts.signal })).logits[0];
-    let guideLogits: Float32Array | null = null;
-    if (opts.cfg && opts.cfg.scale !== 1) {
-      guide = await Context.create(ctx.model, contextOptionsOf(ctx));
-      const neg = tok.encode(opts.cfg.negativePrompt, {
-        addSpecial: opts.addSpecial ?? true,
-        parseSpecial: opts.parseSpecial,
-      });
-      guideLogits = (await guide.decode(neg, { signal: opts.signal })).logits[0];
+    const guided = opts.cfg && opts.cfg.scale !== 1;
+    // The negative prompt runs beside the prompt: in a second context for a
+    // context, in a second sequence (sharing the batches) for a sequence.
+    if (guided) {
+      guideOwner = seq ? ctx.sequence() : await Context.create(ctx.model, contextOptionsOf(ctx));
+      guide = guideOwner instanceof Sequence
+        ? await sequenceTarget(guideOwner, [], opts.signal)
+        : await contextTarget(guideOwner, opts.signal);
     }
+    const neg = guided ? encode(opts.cfg!.negativePrompt) : [];
+    let [logits, guideLogits] = await Promise.all([
+      main.eval(promptIds.slice(main.reused)),
+      guide ? guide.eval(neg) : null,
+    ]);
     const t1 = performance.now();
     const tokens: number[] = [];
     let text = "";
     let stopReason: GenerateResult["stopReason"] = "length";
+    let shifts = 0;
     while (tokens.length < maxTokens) {
       opts.signal?.throwIfAborted();
       if (guideLogits) applyCfg(logits, guideLogits, opts.cfg!.scale);
@@ -159,12 +269,24 @@ export async function* generate(
       text += piece;
       yield { id, text: piece };
       if (tokens.length >= maxTokens) break;
-      if (ctx.nPast + 1 > ctx.nCtx || (guide && guide.nPast + 1 > guide.nCtx)) {
+      // Without shifting, every cell is used; with it, llama-server's rule:
+      // shift when the next token would fill the context.
+      let full = false;
+      for (const t of guide ? [main, guide] : [main]) {
+        if (!shift) full ||= t.nPast() + 1 > ctx.nCtx;
+        else if (t.nPast() + 1 >= ctx.nCtx) {
+          await t.erase(...shift(t.nPast()));
+          shifts++;
+        }
+      }
+      if (full) {
         stopReason = "context";
         break;
       }
-      logits = (await lease.decode([id], { signal: opts.signal })).logits[0];
-      if (guide) guideLogits = (await guide.decode([id], { signal: opts.signal })).logits[0];
+      [logits, guideLogits] = await Promise.all([
+        main.eval([id]),
+        guide ? guide.eval([id]) : null,
+      ]);
     }
     const tail = stream.flush();
     if (tail) {
@@ -172,25 +294,54 @@ export async function* generate(
       yield { id: -1, text: tail };
     }
     const t2 = performance.now();
+    const evaluated = promptIds.length - main.reused;
     return {
       tokens,
       text,
       stopReason,
       timings: {
-        promptTokens: promptIds.length,
+        promptTokens: evaluated,
+        reusedTokens: main.reused,
+        shifts,
         genTokens: tokens.length,
-        promptTps: promptIds.length / ((t1 - t0) / 1000),
+        promptTps: evaluated / ((t1 - t0) / 1000),
         genTps: tokens.length / Math.max(1e-9, (t2 - t1) / 1000),
       },
     };
   } finally {
-    guide?.[Symbol.dispose]();
+    main.close();
+    guide?.close();
+    guideOwner?.[Symbol.dispose]();
   }
+}
+
+/**
+ * llama-server's context shift (server_context::pre_decode): keep nKeep
+ * tokens (plus BOS when the tokenizer adds one; at most nCtx - 4), discard
+ * nDiscard or half of what is left after them, clamped to leave one.
+ * Returns the range [nKeep, nKeep + nDiscard) to erase, or null when off.
+ */
+function shiftRule(
+  opts: GenerateOptions,
+  ctx: Context,
+  specialOnly: number[],
+): ((nPast: number) => [number, number]) | null {
+  const o = opts.contextShift;
+  if (!o) return null;
+  const cfg = o === true ? {} : o;
+  const bos = specialOnly.length > 0 ? 1 : 0;
+  return (nPast) => {
+    const nKeep = Math.min(ctx.nCtx - 4, (cfg.nKeep ?? 0) + bos);
+    const nLeft = nPast - nKeep;
+    let nDiscard = cfg.nDiscard ? cfg.nDiscard : Math.trunc(nLeft / 2);
+    nDiscard = Math.min(Math.max(nDiscard, 0), Math.max(0, nLeft - 1));
+    return [nKeep, nKeep + nDiscard];
+  };
 }
 
 /** Runs {@link generate} to the end and returns its result. */
 export async function generateText(
-  ctx: Context,
+  ctx: Context | Sequence,
   prompt: string,
   opts: GenerateOptions = {},
 ): Promise<GenerateResult> {
@@ -206,7 +357,7 @@ export async function generateText(
  * bodies and pipes); cancelling the stream stops generation.
  */
 export function generateStream(
-  ctx: Context,
+  ctx: Context | Sequence,
   prompt: string,
   opts: GenerateOptions = {},
 ): ReadableStream<string> {
@@ -227,6 +378,7 @@ function contextOptionsOf(ctx: Context): ContextOptions {
   return {
     nCtx: ctx.nCtx,
     nBatch: ctx.nBatch,
+    nUbatch: ctx.nUbatch,
     threads: ctx.threads,
     kvType: ctx.kvType,
     ...choiceOptions(ctx.backendChoice),

@@ -10,9 +10,103 @@
 import { checkTokenIds, OptionChecker, show } from "../options.ts";
 import { backendNames, hasBackend } from "../backend/registry.ts";
 import { MAX_THREADS } from "../../ffi/symbols.ts";
-import type { Context, ContextOptions } from "./context.ts";
+import type { Context } from "./context.ts";
 import type { HParams } from "../model/hparams.ts";
 import { MAX_SEQ } from "../kv/cells.ts";
+
+/** Options of {@link Context.create}. */
+export interface ContextOptions {
+  /** Cache cells (rounded up to 256); default: the model's training context, at most 4096. */
+  nCtx?: number;
+  /**
+   * Most tokens one {@link Context.decodeBatch} call may hold (llama.cpp's
+   * n_batch); {@link Context.decode} cuts longer inputs into such chunks.
+   * Default 512.
+   */
+  nBatch?: number;
+  /**
+   * Most tokens per graph evaluation (llama.cpp's n_ubatch), at most
+   * nBatch; default nBatch. For an encoder (bert, no cache) also the longest
+   * input, with nCtx and the model's training context: its whole input is
+   * one graph.
+   */
+  nUbatch?: number;
+  /**
+   * Sequences (ids 0..nSeqMax-1) sharing the one cache of nCtx cells
+   * (llama.cpp's n_seq_max with kv_unified). Default 1, at most 256.
+   */
+  nSeqMax?: number;
+  /**
+   * Output final hidden states (after the output norm, llama.cpp's
+   * `result_norm`) instead of logits, in {@link DecodeResult.embeddings}.
+   * Encoders (bert) always do. Default false.
+   */
+  embeddings?: boolean;
+  /** CPU threads; default: physical cores. */
+  threads?: number;
+  /** KV cache element type. Default "f16" (llama.cpp's default). */
+  kvType?: "f16" | "f32";
+  /**
+   * Where layers run: "cpu" (native kernels), "ref" (pure TypeScript), or
+   * `{ cpuLayers: k }` — layers below k on the CPU backend, the rest (and
+   * the output head) on the reference backend, with copies between them.
+   * Shorthands for {@link ContextOptions.backends}: `["cpu"]`, `["ref"]`
+   * and `["cpu", "ref"]` with `layerSplit: [k]`.
+   */
+  backend?: "cpu" | "ref" | { cpuLayers: number };
+  /**
+   * The backends by registry name ("cpu", "ref"), highest priority first,
+   * each once; not together with {@link ContextOptions.backend}. Without
+   * {@link ContextOptions.layerSplit} the first runs every layer and the
+   * others only ops it cannot run.
+   */
+  backends?: readonly string[];
+  /**
+   * With {@link ContextOptions.backends}: layers run by each backend but the
+   * last, in order (`[3]`: layers 0..2 on `backends[0]`); the last runs the
+   * rest and the output head.
+   */
+  layerSplit?: readonly number[];
+  /**
+   * Debugging: intermediate tensors to keep and copy into
+   * {@link Context.lastTaps} after each graph run, by llama.cpp's callback
+   * names ("attn_norm-0", "Kcur-2", "kq_soft_max-1", "l_out-5",
+   * "result_norm", "result_output", ...). Off by default.
+   */
+  debugTaps?: readonly string[];
+}
+
+/**
+ * The output rows that were asked for, in batch order: logits [nVocab] for
+ * decoders, hidden states [nEmbd] for encoders and contexts in embeddings
+ * mode (whose `logits` is empty).
+ */
+export interface DecodeResult {
+  /** Logits per output row (decoders). */
+  readonly logits: Float32Array[];
+  /** Final hidden state per output row (encoders, embeddings mode), unpooled. */
+  readonly embeddings?: Float32Array[];
+  /** The batch index of each output row, ascending. */
+  readonly outputIds: number[];
+}
+
+/** Options of {@link Context.decodeBatch}. */
+export interface BatchDecodeOptions {
+  /** Cancels the decode, as in {@link ContextDecodeOptions.signal}. */
+  signal?: AbortSignal;
+}
+
+/** Options of {@link Context.decode}. */
+export interface ContextDecodeOptions {
+  /** Logits of every token, not only the last. */
+  allLogits?: boolean;
+  /**
+   * Cancels the decode, while it waits for the context or while the kernels
+   * run (they stop within a node or row chunk); it then rejects with the
+   * signal's reason and the cache is as it was before the call.
+   */
+  signal?: AbortSignal;
+}
 
 /** The KV cache types contexts build. */
 export const KV_TYPES = ["f16", "f32"] as const;

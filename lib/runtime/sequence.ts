@@ -184,6 +184,14 @@ export class Sequence implements Disposable {
   }
 
   /**
+   * Sets the token list after a state load put this sequence's cells back.
+   * @internal
+   */
+  replaceTokens(tokens: readonly number[]): void {
+    this.#tokens = [...tokens];
+  }
+
+  /**
    * Forgets the tokens from `n` on (a failed evaluation was rolled back).
    * @internal
    */
@@ -206,12 +214,12 @@ export class Sequence implements Disposable {
     // never starts with this one's tokens.
     ctx.acquire().then((lease) => {
       try {
-        lease.seqRm(this.id, -1, -1);
+        if (!ctx.disposed) lease.seqRm(this.id, -1, -1);
       } finally {
         lease[Symbol.dispose]();
         this.#release();
       }
-    }, () => this.#release());
+    }, () => this.#release()); // the context was disposed meanwhile: nothing to free
   }
 }
 
@@ -383,7 +391,8 @@ export class SequenceQueue {
     });
     for (const s of spans) {
       const { r } = s;
-      r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
+      // An encoder keeps nothing between calls: its sequences stay empty.
+      if (this.#ctx.kvCache) r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
       r.sent += s.n;
       if (r.signal?.aborted) {
         this.#fail(r, r.signal.reason, lease);

@@ -85,6 +85,7 @@ export const GENERATE_KEYS = [
   "stopAtEog",
   "special",
   "signal",
+  "contextShift",
 ] as const;
 
 /**
@@ -174,6 +175,13 @@ export function validateGenerateOptions(o: unknown, where = "generate"): void {
   c.bool("addSpecial", g.addSpecial);
   c.bool("parseSpecial", g.parseSpecial);
   c.bool("stopAtEog", g.stopAtEog);
+  const cs = g.contextShift;
+  if (cs !== undefined && typeof cs !== "boolean") {
+    c.object(cs, ["nKeep", "nDiscard"], "contextShift");
+    const o = cs as Record<string, unknown>;
+    c.int("contextShift.nKeep", o.nKeep, 0);
+    c.int("contextShift.nDiscard", o.nDiscard, 0);
+  }
   c.bool("special", g.special);
   c.str("grammar", g.grammar);
   if (g.grammar !== undefined && g.jsonSchema !== undefined) {

@@ -1,0 +1,236 @@
+/**
+ * The decode loop of a context (llama_context::decode): a batch is
+ * validated against the cache and cut into micro-batches, every
+ * micro-batch is placed in the cache before any runs, then each is built
+ * (or its last graph reused), its inputs filled and run; a pending K-shift
+ * runs first. Without a cache (encoders) the whole input is one graph.
+ *
+ * @module
+ */
+import type { Graph } from "../graph/graph.ts";
+import { type Batch, BatchSplitter, type Ubatch } from "../kv/batch.ts";
+import type { KvCache, SlotInfo, SlotUndo } from "../kv/cache.ts";
+import { KvError } from "../kv/cells.ts";
+import type { ArchGraph } from "../model/arch/types.ts";
+import type { Model } from "../model/model.ts";
+import type { Scheduler } from "../sched/scheduler.ts";
+import { buildGraph, buildShiftGraph, encoderMask } from "./graphs.ts";
+import { ContextError } from "./errors.ts";
+
+/** Output rows of a decode, in batch order (see Context's DecodeResult). */
+export interface DecodeOutput {
+  /** Logits per output row (decoders). */
+  readonly logits: Float32Array[];
+  /** Hidden states per output row (encoders, embeddings mode). */
+  readonly embeddings?: Float32Array[];
+  /** Batch index of each output row. */
+  readonly outputIds: number[];
+}
+
+/** What a {@link Decoder} runs on. */
+export interface DecoderParts {
+  /** The model. */
+  readonly model: Model;
+  /** The cache, or null for encoders. */
+  readonly kv: KvCache | null;
+  /** The scheduler over the context's backends. */
+  readonly sched: Scheduler;
+  /** Debugging taps to keep. */
+  readonly taps: ReadonlySet<string> | undefined;
+  /** Tokens per graph. */
+  readonly nUbatch: number;
+  /** Sequence ids are below this. */
+  readonly nSeqMax: number;
+  /** Outputs are hidden states. */
+  readonly embeddings: boolean;
+  /** Aborted when the context is disposed. */
+  readonly closer: AbortSignal;
+  /** Whether the context is still open (the cache may be touched). */
+  readonly isOpen: () => boolean;
+}
+
+/** A context's decode loop; see the module doc. */
+export class Decoder {
+  readonly #model: Model;
+  readonly #kv: KvCache | null;
+  readonly #sched: Scheduler;
+  readonly #taps: ReadonlySet<string> | undefined;
+  readonly #nUbatch: number;
+  readonly #nSeqMax: number;
+  readonly #embeddings: boolean;
+  readonly #closer: AbortSignal;
+  readonly #isOpen: () => boolean;
+  #splitter = new BatchSplitter();
+  #mask = new Float32Array(0);
+  // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
+  #last: { key: string; g: Graph; io: ArchGraph } | null = null;
+  /** Values of the debugging taps from the last graph run (ggml element order). */
+  readonly lastTaps: Map<string, Float32Array> = new Map();
+
+  /** A decoder over `p`. */
+  constructor(p: DecoderParts) {
+    this.#model = p.model;
+    this.#kv = p.kv;
+    this.#sched = p.sched;
+    this.#taps = p.taps;
+    this.#nUbatch = p.nUbatch;
+    this.#nSeqMax = p.nSeqMax;
+    this.#embeddings = p.embeddings;
+    this.#closer = p.closer;
+    this.#isOpen = p.isOpen;
+  }
+
+  #length(b: Batch): number {
+    return b.token ? b.token.length : b.embd!.length / this.#model.hparams.nEmbd;
+  }
+
+  /** Forgets the reused graph (the scheduler is about to be freed). */
+  reset(): void {
+    this.#last = null;
+  }
+
+  #init(b: Batch, kv: KvCache | null, outputAll: boolean): void {
+    try {
+      this.#splitter.init(b, {
+        nVocab: this.#model.hparams.nVocab,
+        nEmbd: this.#model.hparams.nEmbd,
+        nSeqMax: this.#nSeqMax,
+        memory: kv ?? undefined,
+        outputAll,
+      });
+    } catch (e) {
+      // The positions or sequence sets do not continue the cache (llama_batch_allocr::init).
+      if (e instanceof KvError) throw new ContextError(`decode: ${e.message}`);
+      throw e;
+    }
+  }
+
+  // No cache (encoders): every token attends to the whole input, so it is
+  // evaluated in one graph; llama.cpp's encode computes every row whatever
+  // the output flags, so the rows returned have the bits of llama.cpp's.
+  /** Evaluates an encoder's whole input (no cache) in one graph. */
+  async encode(b: Batch, signal: AbortSignal): Promise<DecodeOutput> {
+    const n = this.#length(b);
+    const want = b.logits ? Array.from(b.logits, (f) => f !== 0) : null;
+    this.#init(b, null, true);
+    const ub = this.#splitter.splitSimple(n)!;
+    const rows = await this.#decodeUbatch(ub, null, signal);
+    const outputIds: number[] = [];
+    for (let i = 0; i < n; i++) if (want ? want[i] : i === n - 1) outputIds.push(i);
+    return { logits: [], embeddings: outputIds.map((i) => rows[i]), outputIds };
+  }
+
+  /**
+   * Decodes `parts` (each at most nBatch tokens) into the cache, undoing
+   * every placement when one fails or is aborted.
+   */
+  async decode(kv: KvCache, parts: Batch[], signal: AbortSignal): Promise<DecodeOutput> {
+    // Keys whose positions moved are re-rotated first (llama_context::decode
+    // runs the memory update before placing the batch). Not abortable: half
+    // of the layers rotated would corrupt the cache.
+    if (kv.hasShift) await this.#applyShift(kv);
+    const out: Float32Array[] = [];
+    const outputIds: number[] = [];
+    const undo: SlotUndo[] = [];
+    let offset = 0;
+    try {
+      for (const b of parts) {
+        this.#init(b, kv, false);
+        const ubs: Ubatch[] = [];
+        for (let ub = this.#splitter.splitSimple(this.#nUbatch); ub;) {
+          ubs.push(ub);
+          ub = this.#splitter.splitSimple(this.#nUbatch);
+        }
+        // Every micro-batch is placed before any runs (llama_kv_cache::prepare).
+        const slots = kv.prepare(ubs);
+        if (!slots) {
+          throw new ContextError(
+            `decode: no room for ${this.#length(b)} tokens in the KV cache ` +
+              `(${kv.cells.used} of ${kv.size} cells used)`,
+          );
+        }
+        for (let i = 0; i < ubs.length; i++) {
+          signal.throwIfAborted();
+          undo.push(kv.saveSlot(slots[i]));
+          kv.applyUbatch(slots[i], ubs[i]);
+          out.push(...await this.#decodeUbatch(ubs[i], slots[i], signal));
+        }
+        for (const i of this.#splitter.outIds) outputIds.push(offset + i);
+        offset += this.#length(b);
+      }
+    } catch (e) {
+      // The whole call is undone, completed micro-batches included, so the
+      // caller can retry it: the cells go back to what they were, and the
+      // keys and values written into them are masked out until overwritten.
+      if (this.#isOpen()) kv.undo(undo);
+      throw e;
+    }
+    return this.#embeddings
+      ? { logits: [], embeddings: out, outputIds }
+      : { logits: out, outputIds };
+  }
+
+  async #applyShift(kv: KvCache): Promise<void> {
+    this.#last = null; // the scheduler's plan becomes the shift graph's
+    const { g, shift } = buildShiftGraph(this.#model, kv);
+    this.#sched.alloc(g);
+    this.#sched.setInput(shift, kv.shiftInput());
+    await this.#sched.compute(this.#closer);
+    this.#closer.throwIfAborted();
+    kv.resetShift();
+  }
+
+  async #decodeUbatch(
+    ub: Ubatch,
+    slot: SlotInfo | null,
+    signal: AbortSignal,
+  ): Promise<Float32Array[]> {
+    const kv = this.#kv;
+    const nKv = kv ? kv.nKv() : ub.nTokens;
+    const outRows: number[] = [];
+    ub.output.forEach((f, i) => f && outRows.push(i));
+    const sched = this.#sched;
+    // A step shaped like the last one reuses its graph, plan and encoded
+    // nodes; only the inputs and the cells the keys and values land in change.
+    const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}`;
+    let last = this.#last?.key === key ? this.#last : null;
+    // Without a cache a graph of the same shape is reused as it is.
+    const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
+    if (moved) {
+      sched.update(moved);
+    } else if (!last || kv) {
+      last = null;
+      this.#last = null; // until the new plan is in place
+      const { g, io } = buildGraph(this.#model, kv, this.#taps, {
+        nTokens: ub.nTokens,
+        nOutputs: outRows.length,
+        nKv,
+        slot,
+        embeddings: this.#embeddings,
+        inputEmbd: !ub.token,
+      });
+      sched.alloc(g);
+      last = this.#last = { key, g, io };
+    }
+    const io = last!.io;
+    if (io.tokens) sched.setInput(io.tokens, ub.token!);
+    else sched.setInput(io.embd!, ub.embd!);
+    if (io.pos) sched.setInput(io.pos, ub.pos);
+    if (this.#mask.length !== nKv * ub.nTokens) this.#mask = new Float32Array(nKv * ub.nTokens);
+    // Without a cache, non-causal whatever attention.causal says: llama.cpp's
+    // encode (which llama_decode runs for such models) always is.
+    if (kv) kv.fillMask(ub, nKv, this.#mask);
+    else encoderMask(ub, false, this.#mask);
+    sched.setInput(io.mask, this.#mask);
+    if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
+    await sched.compute(signal);
+    signal.throwIfAborted(); // the flag may have come after the last node
+    this.lastTaps.clear();
+    for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
+    if (!io.output) return [];
+    const all = sched.read(io.output); // a copy the caller may keep
+    if (outRows.length === 1) return [all];
+    const width = io.output.ne[0];
+    return outRows.map((_, r) => all.subarray(r * width, (r + 1) * width));
+  }
+}
