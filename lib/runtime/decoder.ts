@@ -125,10 +125,6 @@ export class Decoder {
    * every placement when one fails or is aborted.
    */
   async decode(kv: KvCache, parts: Batch[], signal: AbortSignal): Promise<DecodeOutput> {
-    // Keys whose positions moved are re-rotated first (llama_context::decode
-    // runs the memory update before placing the batch). Not abortable: half
-    // of the layers rotated would corrupt the cache.
-    if (kv.hasShift) await this.#applyShift(kv);
     const out: Float32Array[] = [];
     const outputIds: number[] = [];
     const undo: SlotUndo[] = [];
@@ -136,6 +132,12 @@ export class Decoder {
     try {
       for (const b of parts) {
         this.#init(b, kv, false);
+        // Keys whose positions moved are re-rotated after the batch is
+        // validated and before it is placed, as llama_context::decode runs
+        // the memory update (a rejected batch leaves the shift pending, so
+        // two seqAdds then rotate once). Not abortable: half of the layers
+        // rotated would corrupt the cache.
+        if (kv.hasShift) await this.#applyShift(kv);
         const ubs: Ubatch[] = [];
         for (let ub = this.#splitter.splitSimple(this.#nUbatch); ub;) {
           ubs.push(ub);
