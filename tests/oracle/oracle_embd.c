@@ -8,6 +8,7 @@
  * mul_mat/soft_max/mul_mat path.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -90,20 +91,22 @@ int32_t oe_pooling(void *c) { return (int32_t)llama_pooling_type((struct llama_c
 void oe_clear(void *c) { llama_memory_clear(llama_get_memory((struct llama_context *)c), true); }
 
 /* One batch of n tokens: token i at pos[i] in sequence seq[i], every token
- * an output (batch_add_seq). Returns llama_decode's code. */
+ * an output (batch_add_seq), through oracle_batch.c's general decode.
+ * Returns llama_decode's code. */
+int32_t ob_decode(void *c, int32_t n, const int32_t *tokens, const int32_t *pos,
+                  const int32_t *n_seq_id, const int32_t *seq_ids, const uint8_t *logits);
+
 int32_t oe_decode_seqs(void *c, const int32_t *toks, const int32_t *pos, const int32_t *seq,
                        int32_t n) {
-  struct llama_batch b = llama_batch_init(n, 0, 1);
-  for (int32_t i = 0; i < n; i++) {
-    b.token[i] = toks[i];
-    b.pos[i] = pos[i];
-    b.n_seq_id[i] = 1;
-    b.seq_id[i][0] = seq[i];
-    b.logits[i] = 1;
+  int32_t *ones = malloc(sizeof(int32_t) * (size_t)n);
+  uint8_t *all = malloc((size_t)n);
+  if (!ones || !all) {
+    free(ones), free(all);
+    return -3;
   }
-  b.n_tokens = n;
-  int32_t rc = llama_decode((struct llama_context *)c, b);
-  llama_batch_free(b);
+  for (int32_t i = 0; i < n; i++) ones[i] = 1, all[i] = 1;
+  int32_t rc = ob_decode(c, n, toks, pos, ones, seq, all);
+  free(ones), free(all);
   return rc;
 }
 
