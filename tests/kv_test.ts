@@ -8,7 +8,6 @@ import { Op } from "../lib/graph/ops.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
 import { type Batch, BatchSplitter, type Ubatch } from "../lib/kv/batch.ts";
 import { KvCache, type KvCacheOptions, SwaType } from "../lib/kv/cache.ts";
-import { RecurrentState } from "../lib/kv/recurrent.ts";
 import { Scheduler } from "../lib/sched/scheduler.ts";
 
 // A backend that only copies F32 tensors (all the cache graphs need).
@@ -270,27 +269,4 @@ Deno.test("batch: defaults and validation errors", () => {
     () => s.init({ token: Int32Array.from([7]) }, { nVocab: 5 }),
     /invalid token\[0\] = 7/,
   );
-});
-
-Deno.test("recurrent: tails, copy-on-write sources, partial removal refused", () => {
-  const rs = new RecurrentState(3);
-  const step = (seq: number, pos: number) => {
-    const s = new BatchSplitter();
-    s.init({ token: new Int32Array(1), pos: Int32Array.from([pos]), seqId: [[seq]] }, {
-      nSeqMax: 3,
-    });
-    return rs.findSlot(s.splitEqual(1)!)!;
-  };
-  assert.deepEqual(step(0, 0), [0]);
-  assert.equal(rs.cells[0].tail, 0);
-  rs.seqCp(0, 1); // seq 1 shares cell 0
-  assert.equal(rs.cells[1].tail, 0);
-  const [c] = step(1, 1); // seq 1 diverges: fresh cell reading cell 0's state
-  assert.equal(c, 1);
-  assert.equal(rs.cells[1].src, 0);
-  assert.equal(rs.seqPosMax(1), 1);
-  assert.equal(rs.seqRm(1, 1, -1), false, "cannot cut the last token out of a state");
-  assert.equal(rs.seqRm(1), true);
-  assert.equal(rs.seqPosMax(1), -1);
-  assert.equal(rs.used, 1);
 });
