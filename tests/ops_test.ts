@@ -232,6 +232,30 @@ function buildCases(): Case[] {
       });
     }
   }
+  // concat (Mamba: conv states ++ transposed x along dim 0): exact copies,
+  // src1 a transposed view; and along dim 1 with packed sources.
+  {
+    const t = randomSpec(F32, [5, 4, 2, 1], r);
+    const bT: Spec = { ...t, ne: [4, 5, 2, 1], nb: [20, 4, 80, 160] };
+    cases.push({
+      name: "concat dim 0, transposed src1",
+      op: Op.CONCAT,
+      src: [randomSpec(F32, [3, 5, 2, 1], r), bT],
+      dst: emptySpec(F32, [7, 5, 2, 1]),
+      params: [0],
+      atol: 0,
+      rtol: 0,
+    });
+    cases.push({
+      name: "concat dim 1",
+      op: Op.CONCAT,
+      src: [randomSpec(F32, [6, 2, 3, 1], r), randomSpec(F32, [6, 5, 3, 1], r)],
+      dst: emptySpec(F32, [6, 7, 3, 1]),
+      params: [1],
+      atol: 0,
+      rtol: 0,
+    });
+  }
   for (const op of [Op.SILU, Op.GELU, Op.SCALE]) {
     cases.push({
       name: `unary ${op}`,

@@ -45,6 +45,8 @@ enum le_op {
   LE_OP_NORM = 12,     /* layer norm without affine; params f32[0] = eps */
   LE_OP_GELU = 13,
   LE_OP_GEGLU = 14,    /* gelu(src0) * src1 (ggml_geglu_split) */
+  /* 15..17 are taken by other branches (flash attention, ssm_conv, ssm_scan). */
+  LE_OP_CONCAT = 18,   /* src0 ++ src1 along dim params[0] (both F32, may be strided) */
   LE_OP_COUNT
 };
 

@@ -343,6 +343,26 @@ static void op_cpy(const le_node *n, const le_compute_params *p) {
   END_ROWS
 }
 
+/* ggml_compute_forward_concat_f32: each dst element from src0 below
+ * src0's extent along dim, else from src1 shifted back by it. */
+static void op_concat(const le_node *n, const le_compute_params *p) {
+  const le_tensor *a = &n->src[0], *b = &n->src[1], *d = &n->dst;
+  const int dim = n->params[0];
+  const int64_t ea = a->ne[dim];
+  FOR_MY_ROWS(d, p)
+  float *y = (float *)ROW(d, i1, i2, i3);
+  int64_t o[4] = {0, i1, i2, i3};
+  for (int64_t i0 = 0; i0 < d->ne[0]; i0++) {
+    o[0] = i0;
+    const le_tensor *s = o[dim] < ea ? a : b;
+    int64_t q[4] = {o[0], o[1], o[2], o[3]};
+    if (s == b) q[dim] -= ea;
+    y[i0] = *(const float *)((const char *)(uintptr_t)s->data + q[0] * s->nb[0] + q[1] * s->nb[1] +
+                             q[2] * s->nb[2] + q[3] * s->nb[3]);
+  }
+  END_ROWS
+}
+
 /* ---- dispatch ---- */
 
 static int fail(const char *what, const le_node *n) {
@@ -360,7 +380,7 @@ static const int8_t min_src[LE_OP_COUNT] = {
     [LE_OP_GET_ROWS] = 2, [LE_OP_RMS_NORM] = 1, [LE_OP_MUL] = 2,  [LE_OP_ADD] = 2,
     [LE_OP_MUL_MAT] = 2,  [LE_OP_ROPE] = 2,     [LE_OP_SOFT_MAX] = 1, [LE_OP_SILU] = 1,
     [LE_OP_SWIGLU] = 2,   [LE_OP_CPY] = 1,      [LE_OP_SCALE] = 1, [LE_OP_NORM] = 1,
-    [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,
+    [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,     [LE_OP_CONCAT] = 2,
 };
 
 int le_node_check(const le_node *n) {
@@ -407,6 +427,7 @@ void le_node_compute(const le_node *n, const le_compute_params *p) {
     case LE_OP_ROPE: op_rope(n, p); break;
     case LE_OP_CPY: op_cpy(n, p); break;
     case LE_OP_MUL_MAT: le_mul_mat(n, p); break;
+    case LE_OP_CONCAT: op_concat(n, p); break;
     default: break;
   }
 }

@@ -246,6 +246,21 @@ function cpy(n: ExecNode): void {
   }
 }
 
+function concat(n: ExecNode): void {
+  const [a, b] = n.src, d = n.dst, dim = n.params[0], ea = a.ne[dim];
+  const dv = viewOf(d.data.buffer), av = viewOf(a.data.buffer), bv = viewOf(b.data.buffer);
+  forRows(d, (i1, i2, i3) => {
+    for (let i0 = 0; i0 < d.ne[0]; i0++) {
+      const o = [i0, i1, i2, i3];
+      const fromA = o[dim] < ea;
+      const s = fromA ? a : b;
+      if (!fromA) o[dim] -= ea;
+      const at = s.data.offset + o[0] * s.nb[0] + o[1] * s.nb[1] + o[2] * s.nb[2] + o[3] * s.nb[3];
+      setF(d, dv, rowOff(d, i1, i2, i3) + i0 * d.nb[0], getF(s, fromA ? av : bv, at));
+    }
+  });
+}
+
 /** Executes one validated node with float64 arithmetic. */
 export function referenceCompute(n: ExecNode): void {
   switch (n.op) {
@@ -302,6 +317,8 @@ export function referenceCompute(n: ExecNode): void {
       return unaryRows(n, (x) => x.forEach((v, i) => (x[i] = v * f(n, 0) + f(n, 1))));
     case Op.CPY:
       return cpy(n);
+    case Op.CONCAT:
+      return concat(n);
     default:
       throw new RangeError(`reference backend: op ${n.op} not implemented`);
   }

@@ -318,6 +318,27 @@ export class Graph {
     return this.#ruled("scale", t);
   }
 
+  /** ggml_concat: `a` then `b` along `dim` (the other dims equal); either may be a strided view. */
+  concat(a: Tensor, b: Tensor, dim: number): Tensor {
+    this.#check(a), this.#check(b);
+    const ne = [...a.ne] as Dims;
+    ne[dim] = a.ne[dim] + (b.ne[dim] ?? 0);
+    const t = this.#op(Op.CONCAT, "concat", GGMLType.F32, ne, [a, b]);
+    t.params[0] = dim;
+    return this.#ruled("concat", t);
+  }
+
+  /**
+   * x * s written over x (ggml_scale_inplace), e.g. zeroing a state row of
+   * a recurrent memory through a view of it.
+   */
+  scaleInplace(x: Tensor, s: number): Tensor {
+    this.#check(x);
+    const t = this.#inplace(Op.SCALE, "scale_inplace", x, [x]);
+    t.params[0] = f32Bits(s);
+    return this.#ruled("scaleInplace", t);
+  }
+
   /**
    * Convert-copy `a` into `dst` (same element count, ggml order). The result
    * aliases dst; executing it writes dst's memory (e.g. a KV cache view).

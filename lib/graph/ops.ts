@@ -29,6 +29,8 @@ export const Op = {
   NORM: 12,
   GELU: 13,
   GEGLU: 14,
+  // 15..17: flash attention, SSM_CONV, SSM_SCAN (other branches).
+  CONCAT: 18,
 } as const;
 
 /** A graph op code. */
@@ -251,6 +253,21 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
     },
   },
   [Op.SCALE]: UNARY,
+  [Op.CONCAT]: {
+    src: [2, 2],
+    types: BINARY.types,
+    layout(d, [a, b], params) {
+      const dim = params[0];
+      if (!(Number.isInteger(dim) && dim >= 0 && dim < 4)) return `dim ${dim} must be 0..3`;
+      if (!rowsOf(d, F32)) return "dst rows must be contiguous F32";
+      for (let i = 0; i < 4; i++) {
+        const want = i === dim ? a.ne[i] + b.ne[i] : a.ne[i];
+        if (d.ne[i] !== want || (i !== dim && b.ne[i] !== a.ne[i])) {
+          return `shapes: src1 must match src0 but along dim ${dim}, dst their concatenation`;
+        }
+      }
+    },
+  },
   [Op.NORM]: UNARY,
   [Op.GELU]: UNARY,
 };
