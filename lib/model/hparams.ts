@@ -67,6 +67,28 @@ export interface HParams {
   readonly causal: boolean;
   /** RoPE settings. */
   readonly rope: RopeParams;
+  /**
+   * False for architectures without attention (Mamba): the head counts,
+   * head sizes, feed-forward width and RoPE are then placeholders, not read
+   * or checked. Default true.
+   */
+  readonly attention?: boolean;
+  /** State-space hyper-parameters (Mamba). */
+  readonly ssm?: SsmParams;
+}
+
+/** A Mamba model's `ssm.*` hyper-parameters (llama.cpp's ssm_d_conv, …). */
+export interface SsmParams {
+  /** `ssm.conv_kernel`: width of the causal convolution. */
+  readonly dConv: number;
+  /** `ssm.inner_size`: channels of the inner projection. */
+  readonly dInner: number;
+  /** `ssm.state_size`: state size per channel. */
+  readonly dState: number;
+  /** `ssm.time_step_rank`: rank of the time-step projection. */
+  readonly dtRank: number;
+  /** `ssm.dt_b_c_rms`: RMS-normalize dt, B and C (FalconMamba). */
+  readonly dtBCRms: boolean;
 }
 
 function scalarOrFirst(h: GGUFHeader, key: string, fallback?: number): number {
@@ -97,6 +119,8 @@ export interface HParamsSpec {
   readonly rope: "normal" | "neox" | "none";
   /** Default of `attention.causal` (true for decoders). */
   readonly causal?: boolean;
+  /** False: no attention keys are read (see {@link HParams.attention}). Default true. */
+  readonly attention?: boolean;
 }
 
 /**
@@ -114,6 +138,7 @@ export function normEpsKey(norm: HParamsSpec["norm"]): string {
 export function readHParams(header: GGUFHeader, spec: HParamsSpec): HParams {
   const arch = header.string("general.architecture");
   const k = (s: string) => `${arch}.${s}`;
+  if (spec.attention === false) return readNoAttention(header, spec, k);
   const nEmbd = scalarOrFirst(header, k("embedding_length"));
   const nHead = scalarOrFirst(header, k("attention.head_count"));
   const nHeadKv = scalarOrFirst(header, k("attention.head_count_kv"), nHead);
@@ -168,6 +193,36 @@ export function readHParams(header: GGUFHeader, spec: HParamsSpec): HParams {
       mode: spec.rope === "neox" ? RopeMode.NEOX : RopeMode.NORMAL,
       nCtxTrain,
     }),
+  };
+}
+
+// The common keys of an architecture without attention: one placeholder
+// head as wide as the embedding, no feed-forward width, no RoPE.
+function readNoAttention(
+  header: GGUFHeader,
+  spec: HParamsSpec,
+  k: (s: string) => string,
+): HParams {
+  const nEmbd = scalarOrFirst(header, k("embedding_length"));
+  const nCtxTrain = scalarOrFirst(header, k("context_length"));
+  const tokens = header.strings("tokenizer.ggml.tokens");
+  return {
+    arch: header.string("general.architecture"),
+    nVocab: scalarOrFirst(header, k("vocab_size"), tokens?.length ?? 0),
+    nCtxTrain,
+    nEmbd,
+    nLayer: scalarOrFirst(header, k("block_count")),
+    nHead: 1,
+    nHeadKv: 1,
+    nFF: 0,
+    headDimK: nEmbd,
+    headDimV: nEmbd,
+    normEps: spec.norm === "rms"
+      ? header.number(k(normEpsKey("rms")))
+      : header.number(k(normEpsKey("layer"))),
+    causal: true,
+    rope: readRopeParams(header, { nDims: 0, mode: RopeMode.NORMAL, nCtxTrain }),
+    attention: false,
   };
 }
 

@@ -53,15 +53,25 @@ const POSITIVE_INTS: ReadonlyArray<[keyof HParams, string]> = [
   ["headDimV", "attention.value_length"],
 ];
 
+/** The fields every architecture has, attention or not. */
+const ALWAYS = { nVocab: 1, nCtxTrain: 1, nEmbd: 1, nLayer: 1 };
+
 /** Checks the values readHParams produced; names the GGUF key of the first bad one. */
 export function validateHParams(path: string, hp: HParams, norm: "rms" | "layer"): void {
   const bad = (key: string, v: number, want: string): never => {
     throw new ModelError(`${path}: ${hp.arch}.${key} = ${f32Text(v)} is invalid: ${want}`);
   };
+  const noAttn = hp.attention === false;
   for (const [field, key] of POSITIVE_INTS) {
+    if (noAttn && !(field in ALWAYS)) continue;
     const v = hp[field] as number;
     if (!Number.isSafeInteger(v) || v <= 0) bad(key, v, "expected a positive integer");
   }
+  if (!Number.isFinite(hp.normEps) || hp.normEps <= 0 || hp.normEps >= 1) {
+    bad(normEpsKey(norm), hp.normEps, "expected a finite number in (0, 1)");
+  }
+  // Without attention there is no RoPE to check.
+  if (noAttn) return;
   const r = hp.rope;
   if (!Number.isSafeInteger(r.nDims) || r.nDims <= 0 || r.nDims % 2 || r.nDims > hp.headDimK) {
     bad(
@@ -69,9 +79,6 @@ export function validateHParams(path: string, hp: HParams, norm: "rms" | "layer"
       r.nDims,
       `expected an even number in 2..${hp.headDimK} (the head size)`,
     );
-  }
-  if (!Number.isFinite(hp.normEps) || hp.normEps <= 0 || hp.normEps >= 1) {
-    bad(normEpsKey(norm), hp.normEps, "expected a finite number in (0, 1)");
   }
   if (!Number.isFinite(r.freqBase) || r.freqBase <= 0) {
     bad("rope.freq_base", r.freqBase, "expected a finite number > 0");
@@ -103,6 +110,8 @@ const ROLE_OPS: Record<WeightRole, { op: Op; what: string }> = {
   bias: { op: Op.ADD, what: "a bias" },
   // Rope reads its frequency factors as f32 only, as MUL reads its operand.
   factors: { op: Op.MUL, what: "RoPE frequency factors" },
+  // ssm_conv, ssm_scan and the D skip read f32 only.
+  ssm: { op: Op.MUL, what: "an ssm parameter" },
 };
 
 /**

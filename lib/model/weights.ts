@@ -16,9 +16,10 @@ import { ModelError } from "./hparams.ts";
  * How the graph reads a weight, which decides the types it may have:
  * "matrix" (MUL_MAT), "embedding" (GET_ROWS rows), "norm" (MUL with f32
  * activations), "bias" (ADD with f32 activations), "factors" (RoPE
- * frequency divisors, f32).
+ * frequency divisors, f32), "ssm" (Mamba's convolution and scan
+ * parameters, f32).
  */
-export type WeightRole = "matrix" | "embedding" | "norm" | "bias" | "factors";
+export type WeightRole = "matrix" | "embedding" | "norm" | "bias" | "factors" | "ssm";
 
 /** A weight as the graph needs it: where it is, its type and shape. */
 export interface WeightRef {
@@ -58,7 +59,11 @@ export class WeightMap {
   /** The tensor `name` with `shape` (ggml order); a ModelError names it when missing or misshapen. */
   need(name: string, role: WeightRole, shape: readonly number[]): WeightRef {
     const ref = this.optional(name, role, shape);
-    if (!ref) throw new ModelError(`${this.#file.header.path}: missing tensor ${name}`);
+    if (!ref) {
+      throw new ModelError(
+        `${this.#file.header.path}: missing tensor ${name} (expected shape [${shape}])`,
+      );
+    }
     return ref;
   }
 

@@ -18,6 +18,8 @@ import type { Backend } from "../backend/types.ts";
 import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../ggml/types.ts";
 import { KvCache, N_KV_PAD } from "../kv/cache.ts";
+import { RecurrentMemory } from "../kv/recurrent.ts";
+import { nEmbdR, nEmbdS } from "../model/arch/mamba.ts";
 import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
 import { buildGraph } from "./graphs.ts";
 import { Decoder } from "./decoder.ts";
@@ -75,6 +77,7 @@ interface Parts {
   choice: BackendChoice;
   backends: Backend[];
   kv: KvCache | null;
+  rs: RecurrentMemory | null;
   sched: Scheduler;
   taps: ReadonlySet<string> | undefined;
   use: ModelUse;
@@ -133,8 +136,10 @@ export class Context implements Disposable, AsyncDisposable {
   readonly backendChoice: BackendChoice;
   /** "Context #N (nCtx …, backend)": how errors name this context. */
   readonly label: string;
-  // null for architectures without memory (encoders).
+  // null for architectures without a KV cache (encoders, recurrent models).
   #kv: KvCache | null;
+  // The states of a recurrent model (Mamba), else null.
+  #rs: RecurrentMemory | null;
   #sched: Scheduler;
   #backends: Backend[];
   #use: ModelUse;
@@ -168,10 +173,12 @@ export class Context implements Disposable, AsyncDisposable {
     this.#owners = new Array(p.o.nSeqMax).fill(null);
     this.#backends = p.backends;
     this.#kv = p.kv;
+    this.#rs = p.rs;
     this.#sched = p.sched;
     this.#decoder = new Decoder({
       model,
       kv: p.kv,
+      rs: p.rs,
       sched: p.sched,
       taps: p.taps,
       nUbatch: p.o.nUbatch,
@@ -239,36 +246,54 @@ export class Context implements Disposable, AsyncDisposable {
         nSeqMax: o.nSeqMax,
         backend: pick,
       });
+    // Recurrent models keep one state per sequence (llama.cpp sizes the
+    // memory at n_seq_max cells, whatever n_ctx).
+    const newRs = (pick: (layer: number) => Backend) =>
+      model.arch.memory !== "recurrent" ? null : new RecurrentMemory({
+        nSeqMax: o.nSeqMax,
+        nLayer: hp.nLayer,
+        nEmbdR: nEmbdR(hp),
+        nEmbdS: nEmbdS(hp),
+        backend: pick,
+      });
     const names = (layer: number) => assign(layer).name;
     const schedOpts = { assign: (node: Tensor) => names(node.layer < 0 ? hp.nLayer : node.layer) };
     const taps = options.debugTaps?.length ? new Set(options.debugTaps) : undefined;
     // Worst case: a full micro-batch attending the whole cache (or, without
     // a cache, the whole micro-batch).
     const n = Math.min(nUbatch, nCtx);
-    const worst = (kv: KvCache | null) =>
-      buildGraph(model, kv, taps, {
+    const worst = (kv: KvCache | null, rs: RecurrentMemory | null) => {
+      // A recurrent slot spanning every cell, one of them zeroed.
+      if (rs) Object.assign(rs, { head: 0, n: rs.size, rsZ: 0 });
+      const g = buildGraph(model, kv, taps, {
         nTokens: n,
         nOutputs: n,
-        nKv: kv ? nCtx : n,
+        nKv: kv ? nCtx : rs ? 1 : n,
         slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
         embeddings: o.embeddings,
-      }).g;
+      }, rs).g;
+      if (rs) Object.assign(rs, { head: 0, n: 0, rsZ: -1 });
+      return g;
+    };
     // Measured first with stand-ins that allocate nothing: a context too big
     // for this machine fails here, before gigabytes are zero-filled (or the
     // kernel's OOM killer ends the process).
     const dry = new Map(backends.map((b) => [b, dryBackend(b)]));
     const kvDry = newKv((layer) => dry.get(assign(layer))!);
-    const arenas = new Scheduler([...dry.values()], schedOpts).measure(worst(kvDry));
+    const rsDry = newRs((layer) => dry.get(assign(layer))!);
+    const arenas = new Scheduler([...dry.values()], schedOpts).measure(worst(kvDry, rsDry));
     const short = memoryShortfall(
-      kvDry?.totalBytes ?? 0,
+      (kvDry?.totalBytes ?? 0) + (rsDry?.totalBytes ?? 0),
       [...arenas.values()].reduce((a, b) => a + b, 0),
     );
     if (short) throw new ContextError(`${label} ${short}; use a smaller nCtx or nBatch`);
     const kv = newKv(assign);
     if (kv) stack.use(kv);
+    const rs = newRs(assign);
+    if (rs) stack.use(rs);
     const sched = stack.use(new Scheduler(backends, schedOpts));
-    sched.reserve(worst(kv));
-    const ctx = new Context(model, label, { o, choice, backends, kv, sched, taps, use });
+    sched.reserve(worst(kv, rs));
+    const ctx = new Context(model, label, { o, choice, backends, kv, rs, sched, taps, use });
     // Weakly, so that a forgotten context is still collected and finalized.
     use.own(ctx);
     stack.move();
@@ -293,6 +318,23 @@ export class Context implements Disposable, AsyncDisposable {
     return this.#kv;
   }
 
+  /**
+   * The recurrent state memory (null unless the model is recurrent), for the state files.
+   * @internal
+   */
+  get recurrentMemory(): RecurrentMemory | null {
+    return this.#rs;
+  }
+
+  /**
+   * Whether decodes leave something behind (a KV cache or recurrent
+   * states): false for encoders.
+   * @internal
+   */
+  get hasMemory(): boolean {
+    return this.#kv !== null || this.#rs !== null;
+  }
+
   #assertOpen(what: string): void {
     if (this.#state !== "open") {
       throw new ContextDisposedError(`${what}: ${this.label} is disposed`);
@@ -311,7 +353,8 @@ export class Context implements Disposable, AsyncDisposable {
   /** Tokens currently in the cache for sequence 0 (the next position). */
   get nPast(): number {
     // Without a cache every decode starts afresh.
-    return this.#kv ? this.#kv.seqPosMax(0) + 1 : 0;
+    const m = this.#kv ?? this.#rs;
+    return m ? m.seqPosMax(0) + 1 : 0;
   }
 
   /**
@@ -369,13 +412,21 @@ export class Context implements Disposable, AsyncDisposable {
     if (!Number.isInteger(pos) || pos < 0) {
       throw new ContextError(`truncate: position must be a non-negative integer, got ${pos}`);
     }
+    if (this.#rs && !this.#rs.seqRm(0, pos, -1)) {
+      throw new ContextError(
+        `truncate: ${this.model.hparams.arch} keeps a recurrent state, which cannot be ` +
+          `rewound to position ${pos}; clear the context and evaluate the tokens again`,
+      );
+    }
     this.#kv?.seqRm(0, pos, -1);
   }
 
   /**
    * Removes positions [p0, p1) of sequence `seq` (-1: of every sequence)
    * from the cache, as llama_memory_seq_rm; negative bounds are open.
-   * Returns true (a KV cache can always remove a range). Throws
+   * Returns true when removed: a KV cache can always remove a range; a
+   * recurrent model's state cannot lose its last tokens, so a range cutting
+   * into it returns false and removes nothing (as llama.cpp). Throws
    * {@link ContextBusyError} while a decode holds the context (a lease has
    * the same method).
    */
@@ -427,6 +478,7 @@ export class Context implements Disposable, AsyncDisposable {
   // The cache edits, checked; callers have made sure no decode runs.
   #memory: MemoryOps = memoryOps({
     kv: () => this.#kv,
+    rs: () => this.#rs,
     nSeqMax: () => this.nSeqMax,
     arch: () => this.model,
     assertOpen: (what) => this.#assertOpen(what),
@@ -491,7 +543,7 @@ export class Context implements Disposable, AsyncDisposable {
     // validateDecode checked every id is an integer in 0..nVocab-1, so the
     // get_rows indices the kernels read are exact.
     const ids = Int32Array.from(tokens);
-    if (!this.#kv) this.#checkEncoderInput(n);
+    if (!this.hasMemory) this.#checkEncoderInput(n);
     else if (this.nPast + n > this.nCtx) {
       throw new ContextError(
         `decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtx}`,
@@ -526,7 +578,7 @@ export class Context implements Disposable, AsyncDisposable {
     if (n > this.nBatch) {
       throw new ContextError(`decodeBatch: ${n} tokens exceed nBatch ${this.nBatch}`);
     }
-    if (!this.#kv) this.#checkEncoderInput(n, encoderSpan(b));
+    if (!this.hasMemory) this.#checkEncoderInput(n, encoderSpan(b));
     return this.#start([b], opts?.signal);
   }
 
@@ -539,6 +591,8 @@ export class Context implements Disposable, AsyncDisposable {
       : this.#closer.signal;
     const run = this.#kv
       ? this.#decoder.decode(this.#kv, parts, signal)
+      : this.#rs
+      ? this.#decoder.decodeRecurrent(this.#rs, parts, signal)
       : this.#decoder.encode(parts[0], signal);
     this.#running = run;
     const clear = () => {
@@ -576,6 +630,7 @@ export class Context implements Disposable, AsyncDisposable {
     this.#decoder.reset();
     this.#sched[Symbol.dispose]();
     this.#kv?.[Symbol.dispose]();
+    this.#rs?.[Symbol.dispose]();
     for (const b of this.#backends) b[Symbol.dispose]();
     this.#use.freed();
     this.#freed.resolve();

@@ -11,6 +11,7 @@ import type { Graph } from "../graph/graph.ts";
 import { type Batch, BatchSplitter, type Ubatch } from "../kv/batch.ts";
 import type { KvCache, SlotInfo, SlotUndo } from "../kv/cache.ts";
 import { KvError } from "../kv/cells.ts";
+import type { RecurrentMemory } from "../kv/recurrent.ts";
 import type { ArchGraph } from "../model/arch/types.ts";
 import type { Model } from "../model/model.ts";
 import type { Scheduler } from "../sched/scheduler.ts";
@@ -31,8 +32,10 @@ export interface DecodeOutput {
 export interface DecoderParts {
   /** The model. */
   readonly model: Model;
-  /** The cache, or null for encoders. */
+  /** The cache, or null for encoders and recurrent models. */
   readonly kv: KvCache | null;
+  /** The recurrent state memory, or null. */
+  readonly rs?: RecurrentMemory | null;
   /** The scheduler over the context's backends. */
   readonly sched: Scheduler;
   /** Debugging taps to keep. */
@@ -53,6 +56,7 @@ export interface DecoderParts {
 export class Decoder {
   readonly #model: Model;
   readonly #kv: KvCache | null;
+  readonly #rs: RecurrentMemory | null;
   readonly #sched: Scheduler;
   readonly #taps: ReadonlySet<string> | undefined;
   readonly #nUbatch: number;
@@ -71,6 +75,7 @@ export class Decoder {
   constructor(p: DecoderParts) {
     this.#model = p.model;
     this.#kv = p.kv;
+    this.#rs = p.rs ?? null;
     this.#sched = p.sched;
     this.#taps = p.taps;
     this.#nUbatch = p.nUbatch;
@@ -89,7 +94,7 @@ export class Decoder {
     this.#last = null;
   }
 
-  #init(b: Batch, kv: KvCache | null, outputAll: boolean): void {
+  #init(b: Batch, kv: KvCache | RecurrentMemory | null, outputAll: boolean): void {
     try {
       this.#splitter.init(b, {
         nVocab: this.#model.hparams.nVocab,
@@ -172,6 +177,70 @@ export class Decoder {
       : { logits: out, outputIds };
   }
 
+  /**
+   * Decodes `parts` into the recurrent memory (llama_memory_recurrent's
+   * init_batch): each part is cut with split_equal (sequential), every
+   * micro-batch must find a slot before any runs, then each is placed
+   * (find_slot) and run. Output rows come back in batch order. A state
+   * cannot be rewound, so when a part fails after some of its micro-batches
+   * ran, the sequences they advanced are removed (the caller sees an empty
+   * sequence, never a half-advanced one); a part refused before it ran
+   * leaves the memory as it was.
+   */
+  async decodeRecurrent(
+    rs: RecurrentMemory,
+    parts: Batch[],
+    signal: AbortSignal,
+  ): Promise<DecodeOutput> {
+    const rows: Array<[number, Float32Array]> = [];
+    let offset = 0;
+    for (const b of parts) {
+      this.#init(b, rs, false);
+      const ubs: Ubatch[] = [];
+      try {
+        for (let ub = this.#splitter.splitEqual(this.#nUbatch, true); ub;) {
+          ubs.push(ub);
+          ub = this.#splitter.splitEqual(this.#nUbatch, true);
+        }
+      } catch (e) {
+        if (e instanceof KvError) throw new ContextError(`decode: ${e.message}`);
+        throw e;
+      }
+      if (this.#splitter.nUsed < this.#length(b) || !rs.prepare(ubs)) {
+        throw new ContextError(
+          `decode: no slot for the batch's sequences in the recurrent memory ` +
+            `(${rs.used} of ${rs.size} states used)`,
+        );
+      }
+      const before = rs.snapshot();
+      const touched = new Set<number>();
+      try {
+        const out: Float32Array[] = [];
+        for (const ub of ubs) {
+          signal.throwIfAborted();
+          rs.findSlot(ub);
+          for (const ids of ub.seqId) for (const s of ids) touched.add(s);
+          out.push(...await this.#decodeUbatch(ub, null, signal));
+        }
+        this.#splitter.outIds.forEach((i, k) => rows.push([offset + i, out[k]]));
+      } catch (e) {
+        if (this.#isOpen()) {
+          rs.restore(before);
+          for (const s of touched) rs.seqRm(s, -1, -1);
+        }
+        throw e;
+      }
+      offset += this.#length(b);
+    }
+    // llama_context reorders the outputs to batch order.
+    rows.sort((a, b) => a[0] - b[0]);
+    const out = rows.map((r) => r[1]);
+    const outputIds = rows.map((r) => r[0]);
+    return this.#embeddings
+      ? { logits: [], embeddings: out, outputIds }
+      : { logits: out, outputIds };
+  }
+
   async #applyShift(kv: KvCache): Promise<void> {
     this.#last = null; // the scheduler's plan becomes the shift graph's
     const { g, shift } = buildShiftGraph(this.#model, kv);
@@ -188,14 +257,16 @@ export class Decoder {
     signal: AbortSignal,
   ): Promise<Float32Array[]> {
     const kv = this.#kv;
-    const nKv = kv ? kv.nKv() : ub.nTokens;
+    const rs = this.#rs;
+    const nKv = kv ? kv.nKv() : rs ? 1 : ub.nTokens;
     const outRows: number[] = [];
     ub.output.forEach((f, i) => f && outRows.push(i));
     const sched = this.#sched;
     // A step shaped like the last one reuses its graph, plan and encoded
     // nodes; only the inputs and the cells the keys and values land in change.
     const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}`;
-    let last = this.#last?.key === key ? this.#last : null;
+    // A recurrent graph's state views depend on the slot: built every time.
+    let last = this.#last?.key === key && !rs ? this.#last : null;
     // Without a cache a graph of the same shape is reused as it is.
     const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
     if (moved) {
@@ -210,7 +281,8 @@ export class Decoder {
         slot,
         embeddings: this.#embeddings,
         inputEmbd: !ub.token,
-      });
+        nSeqs: rs ? ub.nSeqs : undefined,
+      }, rs);
       sched.alloc(g);
       last = this.#last = { key, g, io };
     }
@@ -218,12 +290,19 @@ export class Decoder {
     if (io.tokens) sched.setInput(io.tokens, ub.token!);
     else sched.setInput(io.embd!, ub.embd!);
     if (io.pos) sched.setInput(io.pos, ub.pos);
-    if (this.#mask.length !== nKv * ub.nTokens) this.#mask = new Float32Array(nKv * ub.nTokens);
-    // Without a cache, non-causal whatever attention.causal says: llama.cpp's
-    // encode (which llama_decode runs for such models) always is.
-    if (kv) kv.fillMask(ub, nKv, this.#mask);
-    else encoderMask(ub, false, this.#mask);
-    sched.setInput(io.mask, this.#mask);
+    if (rs) {
+      // No attention: the states' source cells instead of a mask.
+      sched.setInput(io.sCopy!, rs.sCopy());
+    } else {
+      if (this.#mask.length !== nKv * ub.nTokens) {
+        this.#mask = new Float32Array(nKv * ub.nTokens);
+      }
+      // Without a cache, non-causal whatever attention.causal says: llama.cpp's
+      // encode (which llama_decode runs for such models) always is.
+      if (kv) kv.fillMask(ub, nKv, this.#mask);
+      else encoderMask(ub, false, this.#mask);
+      sched.setInput(io.mask, this.#mask);
+    }
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);
     signal.throwIfAborted(); // the flag may have come after the last node

@@ -18,7 +18,7 @@ import { StreamDecoder } from "../tokenizer/mod.ts";
 import { OptionError } from "../options.ts";
 import { Context, ContextError, type ContextOptions } from "./context.ts";
 import { choiceOptions } from "./backends.ts";
-import { Sequence } from "./sequence.ts";
+import { noContextShift, Sequence } from "./sequence.ts";
 
 /** Options of {@link generate}. */
 export interface GenerateOptions
@@ -156,7 +156,8 @@ async function sequenceTarget(seq: Sequence, prompt: number[], signal?: AbortSig
   if (same === prompt.length) same--;
   await seq.truncate(same, signal);
   const t: Target = {
-    reused: same,
+    // A recurrent sequence that diverged was cleared: everything is evaluated.
+    reused: seq.tokens.length,
     nPast: () => seq.nPast,
     eval: async (ids) => (await seq.evaluate(ids, { signal })).logits[0],
     erase: (p0, p1) => seq.erase(p0, p1, signal),
@@ -226,6 +227,7 @@ export async function* generate(
     );
   }
   const shift = shiftRule(opts, ctx, tok.encode("", { addSpecial: opts.addSpecial ?? true }));
+  if (shift && ctx.recurrentMemory) throw noContextShift(ctx, "generate");
   // Penalties look at the prompt; the grammar constrains only the output.
   for (const id of promptIds) chain.accept(id, false);
 

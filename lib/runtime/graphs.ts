@@ -8,6 +8,7 @@ import { Graph, type Tensor } from "../graph/graph.ts";
 import { GGMLType } from "../ggml/types.ts";
 import type { Ubatch } from "../kv/batch.ts";
 import type { KvCache } from "../kv/cache.ts";
+import type { RecurrentMemory } from "../kv/recurrent.ts";
 import { GraphBuilder } from "../model/arch/builder.ts";
 import type { ArchGraph, Step } from "../model/arch/types.ts";
 import type { Model } from "../model/model.ts";
@@ -19,6 +20,7 @@ export function buildGraph(
   kv: KvCache | null,
   taps: ReadonlySet<string> | undefined,
   step: Step,
+  rs: RecurrentMemory | null = null,
 ): { g: Graph; io: ArchGraph } {
   const g = new Graph();
   const b = new GraphBuilder({
@@ -27,6 +29,7 @@ export function buildGraph(
     arch: model.arch,
     leaves: new WeightLeaves(model.file, g),
     kv,
+    rs,
     step,
     taps,
   });

@@ -6,6 +6,7 @@
  * @module
  */
 import type { KvCache } from "../kv/cache.ts";
+import type { RecurrentMemory } from "../kv/recurrent.ts";
 import type { Model } from "../model/model.ts";
 import { checkInt, checkPos, checkSeqId } from "./batch_input.ts";
 import { ContextError } from "./errors.ts";
@@ -13,8 +14,10 @@ import type { MemoryOps } from "./lease.ts";
 
 /** What the edits need of their context. */
 export interface MemoryOwner {
-  /** The cache (null: an encoder, nothing is cached). */
+  /** The cache (null: an encoder, or a recurrent model). */
   kv(): KvCache | null;
+  /** The recurrent state memory (null unless the model is recurrent). */
+  rs(): RecurrentMemory | null;
   /** Sequence ids are below this. */
   nSeqMax(): number;
   /** The model (whether its keys can be shifted). */
@@ -36,27 +39,28 @@ export function memoryOps(o: MemoryOwner): MemoryOps {
       throw new ContextError(`${what}: ${m.hparams.arch} has no RoPE to shift keys with`);
     }
   };
+  const mem = () => o.kv() ?? o.rs();
   return {
     clear() {
       o.assertOpen("clear");
-      o.kv()?.clear();
+      mem()?.clear();
     },
     seqRm(s, p0 = -1, p1 = -1) {
       o.assertOpen("seqRm");
       if (s !== -1) seq("seqRm", "seq", s);
       range("seqRm", p0, p1);
-      return o.kv()?.seqRm(s, p0, p1) ?? true;
+      return mem()?.seqRm(s, p0, p1) ?? true;
     },
     seqCp(src, dst, p0 = -1, p1 = -1) {
       o.assertOpen("seqCp");
       seq("seqCp", "src", src), seq("seqCp", "dst", dst);
       range("seqCp", p0, p1);
-      o.kv()?.seqCp(src, dst, p0, p1);
+      mem()?.seqCp(src, dst, p0, p1);
     },
     seqKeep(s) {
       o.assertOpen("seqKeep");
       seq("seqKeep", "seq", s);
-      o.kv()?.seqKeep(s);
+      mem()?.seqKeep(s);
     },
     seqAdd(s, p0, p1, delta) {
       o.assertOpen("seqAdd");
@@ -64,7 +68,7 @@ export function memoryOps(o: MemoryOwner): MemoryOps {
       range("seqAdd", p0, p1);
       checkInt("seqAdd", "delta", delta, -(2 ** 31 - 1));
       shiftable("seqAdd");
-      o.kv()?.seqAdd(s, p0, p1, delta);
+      mem()?.seqAdd(s, p0, p1, delta);
     },
     seqDiv(s, p0, p1, d) {
       o.assertOpen("seqDiv");
@@ -72,15 +76,15 @@ export function memoryOps(o: MemoryOwner): MemoryOps {
       range("seqDiv", p0, p1);
       checkInt("seqDiv", "d", d, 1);
       shiftable("seqDiv");
-      o.kv()?.seqDiv(s, p0, p1, d);
+      mem()?.seqDiv(s, p0, p1, d);
     },
     seqPosMin(s) {
       seq("seqPosMin", "seq", s);
-      return o.kv()?.seqPosMin(s) ?? -1;
+      return mem()?.seqPosMin(s) ?? -1;
     },
     seqPosMax(s) {
       seq("seqPosMax", "seq", s);
-      return o.kv()?.seqPosMax(s) ?? -1;
+      return mem()?.seqPosMax(s) ?? -1;
     },
   };
 }

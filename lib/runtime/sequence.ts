@@ -119,6 +119,7 @@ export class Sequence implements Disposable {
       );
     }
     if (p0 === p1) return;
+    if (this.context.recurrentMemory) throw noContextShift(this.context, "erase");
     await this.#edit(signal, (lease) => {
       lease.seqRm(this.id, p0, p1);
       if (p1 < this.#tokens.length) lease.seqAdd(this.id, p1, -1, p0 - p1);
@@ -126,7 +127,11 @@ export class Sequence implements Disposable {
     });
   }
 
-  /** Drops the tokens at positions >= pos (to re-prompt from there). */
+  /**
+   * Drops the tokens at positions >= pos (to re-prompt from there). A
+   * recurrent model's state (Mamba) cannot be rewound: the sequence is then
+   * cleared, and {@link tokens} tells what it still holds (nothing).
+   */
   async truncate(pos: number, signal?: AbortSignal): Promise<void> {
     this.#assertLive("truncate");
     if (!Number.isInteger(pos) || pos < 0) {
@@ -134,8 +139,11 @@ export class Sequence implements Disposable {
     }
     if (pos >= this.nPast) return;
     await this.#edit(signal, (lease) => {
-      lease.seqRm(this.id, pos, -1);
-      this.#tokens.length = pos;
+      if (lease.seqRm(this.id, pos, -1)) this.#tokens.length = pos;
+      else {
+        lease.seqRm(this.id, -1, -1);
+        this.#tokens = [];
+      }
     });
   }
 
@@ -392,7 +400,7 @@ export class SequenceQueue {
     for (const s of spans) {
       const { r } = s;
       // An encoder keeps nothing between calls: its sequences stay empty.
-      if (this.#ctx.kvCache) r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
+      if (this.#ctx.hasMemory) r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
       r.sent += s.n;
       if (r.signal?.aborted) {
         this.#fail(r, r.signal.reason, lease);
@@ -411,9 +419,23 @@ export class SequenceQueue {
   #fail(r: Request, reason: unknown, lease: ContextLease | null): void {
     this.#pending = this.#pending.filter((x) => x !== r);
     if (r.sent > 0 && lease && !this.#ctx.disposed) {
-      lease.seqRm(r.seq.id, r.start, -1);
-      r.seq.truncateTokens(r.start);
+      // A recurrent state cannot lose its last tokens: the sequence is cleared.
+      const partial = lease.seqRm(r.seq.id, r.start, -1);
+      if (!partial) lease.seqRm(r.seq.id, -1, -1);
+      r.seq.truncateTokens(partial ? r.start : 0);
     }
     r.done.reject(reason);
   }
+}
+
+/**
+ * The error of a context shift (erasing tokens from the middle) on a
+ * recurrent model: its state folds every token in and cannot forget some.
+ * @internal
+ */
+export function noContextShift(ctx: Context, what: string): ContextError {
+  return new ContextError(
+    `${what}: ${ctx.model.hparams.arch} keeps a recurrent state, which cannot forget ` +
+      `tokens: context shift is not possible (clear the sequence and evaluate again)`,
+  );
 }

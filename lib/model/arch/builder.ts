@@ -12,6 +12,7 @@
 import type { Graph, Tensor } from "../../graph/graph.ts";
 import { GGMLType } from "../../ggml/types.ts";
 import type { KvCache } from "../../kv/cache.ts";
+import type { RecurrentMemory } from "../../kv/recurrent.ts";
 import type { HParams } from "../hparams.ts";
 import type { WeightLeaves, WeightRef } from "../weights.ts";
 import type { ArchGraph, Architecture, Step } from "./types.ts";
@@ -71,6 +72,10 @@ export class GraphBuilder {
   readonly step: Step;
   /** The KV cache, or null for architectures without one. */
   readonly kv: KvCache | null;
+  /** The recurrent state memory (Mamba), or null. */
+  readonly rs: RecurrentMemory | null;
+  /** I32 [rs.n] source cell of each slot cell (build_rs_inp's s_copy), with rs. */
+  readonly sCopy: Tensor | null;
   /** I32 [nTokens] token ids. */
   readonly tokens: Tensor | null;
   /** F32 [nEmbd, nTokens] input embeddings, in place of tokens (Step.inputEmbd). */
@@ -92,6 +97,7 @@ export class GraphBuilder {
     arch: Architecture;
     leaves: WeightLeaves;
     kv: KvCache | null;
+    rs?: RecurrentMemory | null;
     step: Step;
     taps?: ReadonlySet<string>;
   }) {
@@ -99,6 +105,8 @@ export class GraphBuilder {
     this.hp = o.hp;
     this.step = o.step;
     this.kv = o.kv;
+    this.rs = o.rs ?? null;
+    this.sCopy = this.rs ? o.g.input("rs_s_copy", GGMLType.I32, [this.rs.n]) : null;
     this.#arch = o.arch;
     this.#leaves = o.leaves;
     this.#taps = o.taps;
@@ -313,6 +321,7 @@ export class GraphBuilder {
       outIds: this.outIds,
       output,
       taps: this.#kept,
+      sCopy: this.sCopy,
     };
   }
 }

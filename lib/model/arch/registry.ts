@@ -9,6 +9,7 @@ import { ModelError } from "../hparams.ts";
 import { bert } from "./bert.ts";
 import { gemma } from "./gemma.ts";
 import { llama } from "./llama.ts";
+import { mamba } from "./mamba.ts";
 import { phi3 } from "./phi3.ts";
 import { qwen2 } from "./qwen2.ts";
 import type { Architecture } from "./types.ts";
@@ -20,6 +21,7 @@ export const ARCHITECTURES: readonly Architecture[] = [
   phi3,
   bert,
   gemma,
+  mamba,
 ] as Architecture[];
 
 const BY_NAME = new Map<string, Architecture>(

@@ -16,10 +16,11 @@ import type { GraphBuilder } from "./builder.ts";
 
 /**
  * What a context keeps between decodes: "kv" an attention cache of keys and
- * values (decoders), "none" nothing (encoders: every call sees the whole
- * input at once).
+ * values (decoders), "recurrent" one state per sequence (Mamba: llama.cpp's
+ * llama_memory_recurrent), "none" nothing (encoders: every call sees the
+ * whole input at once).
  */
-export type MemoryKind = "kv" | "none";
+export type MemoryKind = "kv" | "recurrent" | "none";
 
 /** What the graph's output rows hold: next-token logits, or hidden states (encoders). */
 export type OutputKind = "logits" | "embeddings";
@@ -47,6 +48,11 @@ export interface Step {
   readonly embeddings?: boolean;
   /** The micro-batch brings embeddings [nEmbd, nTokens] instead of token ids. */
   readonly inputEmbd?: boolean;
+  /**
+   * Sequence sets of an equal split (recurrent memory: nTokens = nSeqs ×
+   * tokens per set, set after set). Default 1.
+   */
+  readonly nSeqs?: number;
 }
 
 /** A built graph's inputs, to be filled before compute, and its outputs. */
@@ -68,6 +74,8 @@ export interface ArchGraph {
   readonly output: Tensor | null;
   /** Tensors asked for by taps, by llama.cpp callback name (kept as graph outputs). */
   readonly taps: Map<string, Tensor>;
+  /** I32 [n] source cell of each state cell of the slot (recurrent memory), or null. */
+  readonly sCopy: Tensor | null;
 }
 
 /**
@@ -96,6 +104,8 @@ export interface Architecture<W = unknown> {
   readonly rope: RopeKind;
   /** Whether tokens attend only to earlier positions (default true). */
   readonly causal?: boolean;
+  /** False for architectures without attention (no head or RoPE keys are read); default true. */
+  readonly attention?: boolean;
   /** Adjusts the common hyper-parameters (extra keys, checks); default none. */
   hparams?(header: GGUFHeader, hp: HParams): HParams;
   /**
