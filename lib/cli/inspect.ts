@@ -134,6 +134,12 @@ export function inspectHeader(h: GGUFHeader): InspectReport {
       ropeScalingFactor: p("rope.scaling.factor"),
       rmsEpsilon: p("attention.layer_norm_rms_epsilon"),
       vocabSize: p("vocab_size"),
+      // State-space models (Mamba).
+      ssmConvKernel: p("ssm.conv_kernel"),
+      ssmInnerSize: p("ssm.inner_size"),
+      ssmStateSize: p("ssm.state_size"),
+      ssmTimeStepRank: p("ssm.time_step_rank"),
+      ssmDtBCRms: opt(() => Number(h.bool(`${arch}.ssm.dt_b_c_rms`)), `${arch}.ssm.dt_b_c_rms`),
     },
     tokenizer: {
       model: opt(() => h.string("tokenizer.ggml.model"), "tokenizer.ggml.model"),
