@@ -102,9 +102,8 @@ export class RecurrentMemory implements Disposable {
     }
     try {
       for (const [b, layers] of groups) {
+        // Backends hand out zero-filled memory (llama.cpp clears its buffer).
         const buffer = b.alloc(layers.length * (rBytes + sBytes));
-        // Zeroed like llama.cpp's buffer clear, so no padding holds NaNs.
-        bufferClear(buffer, 0);
         this.#buffers.push([b, buffer]);
         layers.forEach((il, j) => {
           const base = j * (rBytes + sBytes);
