@@ -23,7 +23,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define LE_ABI_VERSION 2
+#define LE_ABI_VERSION 3
 
 /* ---- ops -------------------------------------------------------------- */
 /* Semantics are ggml's. Which types and shapes each op accepts is decided in
@@ -45,7 +45,14 @@ enum le_op {
   LE_OP_NORM = 12,     /* layer norm without affine; params f32[0] = eps */
   LE_OP_GELU = 13,
   LE_OP_GEGLU = 14,    /* gelu(src0) * src1 (ggml_geglu_split) */
-  /* 15..17 are taken by other branches (flash attention, ssm_conv, ssm_scan). */
+  /* 15 is left free for FLASH_ATTN_EXT (another branch; remove this note at merge) */
+  LE_OP_SSM_CONV = 16, /* ggml_ssm_conv: src0 sx F32 [d_conv-1+n_t, d_inner, n_s], src1 c F32
+                        * [d_conv, d_inner]; dst F32 [d_inner, n_t, n_s] */
+  LE_OP_SSM_SCAN = 17, /* ggml_ssm_scan: src0 s [d_state, head_dim, n_head, >= n_s], src1 x
+                        * [head_dim, n_head, n_t, n_s], src2 dt [n_head, n_t, n_s], src3 A
+                        * [d_state or 1, n_head], src4 B and src5 C [d_state, n_group, n_t,
+                        * n_s], src6 ids I32 [n_s]; dst F32 1-D: y (x's element count)
+                        * then K states per sequence; params[0] = K */
   LE_OP_CONCAT = 18,   /* src0 ++ src1 along dim params[0] (both F32, may be strided) */
   LE_OP_COUNT
 };
@@ -56,7 +63,7 @@ enum le_op {
  *   [6] f32 attn_factor  [7] f32 beta_fast  [8] f32 beta_slow        */
 
 #define LE_MAX_DIMS 4
-#define LE_MAX_SRC 3
+#define LE_MAX_SRC 7
 #define LE_MAX_PARAMS 16
 /* Most threads a context runs (le_ctx_new refuses more). ffi/symbols.ts
  * mirrors it as MAX_THREADS; tests/ffi_test.ts compares the two. */
@@ -71,7 +78,7 @@ typedef struct le_tensor {
   uint64_t data;  /* address of element [0,0,0,0] */
 } le_tensor;
 
-/* One node of the command buffer: 392 bytes. The buffer TypeScript hands to
+/* One node of the command buffer: 712 bytes. The buffer TypeScript hands to
  * le_graph_compute is an array of these, executed in order with a barrier
  * between nodes. */
 typedef struct le_node {

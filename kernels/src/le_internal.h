@@ -173,5 +173,8 @@ void le_node_compute(const le_node *node, const le_compute_params *p);
 void le_mul_mat(const le_node *node, const le_compute_params *p);
 int le_mul_mat_check(const le_node *node);
 size_t le_mul_mat_wsize(const le_node *node);
+/* ssm.c */
+void le_ssm_conv(const le_node *node, const le_compute_params *p);
+void le_ssm_scan(const le_node *node, const le_compute_params *p);
 
 #endif
