@@ -201,3 +201,33 @@ Deno.test("mamba: a missing or misshapen ssm tensor fails at load naming it and 
     /tensor blk\.0\.ssm_conv1d\.weight has shape \[3,64\].*expected \[4,64\]/,
   );
 });
+
+Deno.test("mamba: state files carry the recurrent states (whole context and one sequence)", async () => {
+  const { stateToBytes, stateFromBytes } = await import("../lib/runtime/state.ts");
+  using model = await Model.load(F32);
+  using a = await Context.create(model, { nSeqMax: 2, threads: 1 });
+  using b = await Context.create(model, { nSeqMax: 2, threads: 1 });
+  const prompt = promptIds(11, 1, N_VOCAB, 21);
+  await a.decodeBatch({
+    tokens: [...prompt, ...prompt.slice(0, 4)],
+    seqIds: [...prompt.map(() => 0), 1, 1, 1, 1],
+  });
+  const whole = await stateToBytes(a);
+  const one = await stateToBytes(a, { seq: 0 });
+  const next = [7, 8, 9];
+  const cont = async (c: Context, seq: number) => {
+    const r = await c.decodeBatch({ tokens: next, seqIds: next.map(() => seq), logits: [1, 1, 1] });
+    return r.logits;
+  };
+  await stateFromBytes(b, whole);
+  assert.equal(b.seqPosMax(1), 3);
+  const want = await cont(a, 0);
+  const got = await cont(b, 0);
+  got.forEach((l, i) => assert.equal(maxAbsDiff(l, want[i]), 0, `whole state, token ${i}`));
+  // Sequence 0 as saved, into sequence 1 of a fresh context.
+  using c = await Context.create(model, { nSeqMax: 2, threads: 1 });
+  await stateFromBytes(c, one, { dstSeq: 1 });
+  assert.equal(c.seqPosMax(1), prompt.length - 1);
+  const got1 = await cont(c, 1);
+  got1.forEach((l, i) => assert.equal(maxAbsDiff(l, want[i]), 0, `sequence state, token ${i}`));
+});

@@ -31,6 +31,7 @@ import type { Ubatch } from "./batch.ts";
 import type { KvCache, SlotInfo } from "./cache.ts";
 import { KvError, MAX_SEQ } from "./cells.ts";
 import { isMaskedSwa } from "./swa.ts";
+import { RECURRENT_STATE_TAG, recurrentStateInfo } from "./recurrent_state.ts";
 
 const TAG = 0x3153564b; // "KVS1"
 const HEADER_WORDS = 14;
@@ -185,6 +186,11 @@ function copyData(kv: KvCache, idxs: readonly number[], data: Uint8Array, dir: "
 
 /** The header of a saved state, checked for self-consistency only. */
 export function kvStateInfo(bytes: Uint8Array): KvStateInfo {
+  // A recurrent model's memory is saved in the same section (./recurrent_state.ts).
+  if (
+    bytes.length >= 4 &&
+    new DataView(bytes.buffer, bytes.byteOffset, 4).getUint32(0, true) === RECURRENT_STATE_TAG
+  ) return recurrentStateInfo(bytes);
   return parse(bytes).info;
 }
 

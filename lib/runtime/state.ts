@@ -42,6 +42,12 @@ import {
   saveKvState,
 } from "../kv/state.ts";
 import { KvError } from "../kv/cells.ts";
+import {
+  applyRecurrentRestore,
+  planRecurrentRestore,
+  type RecurrentRestorePlan,
+  saveRecurrentState,
+} from "../kv/recurrent_state.ts";
 import type { KvCache } from "../kv/cache.ts";
 import type { Model } from "../model/model.ts";
 import type { SamplerChain, SamplerChainState } from "../sample/chain.ts";
@@ -179,7 +185,8 @@ export async function stateToBytes(ctx: Context, opts: StateSaveOptions = {}): P
   {
     // Held only while the cache is copied out: hashing runs after.
     using _lease = await ctx.acquire(opts.signal);
-    kvBytes = saveKvState(cacheOf(ctx, "save"), seq);
+    const rs = ctx.recurrentMemory;
+    kvBytes = rs ? saveRecurrentState(rs, seq) : saveKvState(cacheOf(ctx, "save"), seq);
   }
   const sections: Array<[SectionName, Uint8Array]> = [["kv", kvBytes]];
   if (tokens.size) sections.push(["tokens", encodeTokens(tokens)]);
@@ -250,7 +257,8 @@ export async function stateFromBytes(
     if (why) fail("sampler", `sampler state does not fit the chain: ${why}`);
   }
   using _lease = await ctx.acquire(opts.signal);
-  const kv = cacheOf(ctx, "load");
+  const rs = ctx.recurrentMemory;
+  const kv = rs ? null : cacheOf(ctx, "load");
   // A Sequence object keeps its own token list, which a load would leave stale.
   const held = isSeq ? (ctx.seqHeld(dst) && !into ? dst : -1) : heldSeq(ctx);
   if (held >= 0) {
@@ -260,13 +268,22 @@ export async function stateFromBytes(
         `update; dispose it first${isSeq ? " or load into a free sequence (dstSeq)" : ""}`,
     );
   }
-  let plan: KvRestorePlan;
+  let plan: KvRestorePlan | RecurrentRestorePlan;
   try {
-    plan = planKvRestore(kv, sections.get("kv")!, isSeq ? dst : -1);
+    plan = rs
+      ? planRecurrentRestore(rs, sections.get("kv")!, isSeq ? dst : -1)
+      : planKvRestore(kv!, sections.get("kv")!, isSeq ? dst : -1);
   } catch (e) {
     if (!(e instanceof KvError)) throw e;
     const info = kvStateInfo(sections.get("kv")!);
-    if (!isSeq && info.usedMaxP1 > kv.size) {
+    if (rs && !isSeq && info.size !== rs.size) {
+      fail(
+        "context",
+        `the state holds ${info.size} recurrent states (nSeqMax ${header.context.nSeqMax}), ` +
+          `this context has ${rs.size}`,
+      );
+    }
+    if (kv && !isSeq && info.usedMaxP1 > kv.size) {
       fail(
         "context",
         `context too small: the state uses ${info.usedMaxP1} cells (nCtx ` +
@@ -284,7 +301,8 @@ export async function stateFromBytes(
     fail(/no room/.test(e.message) ? "context" : "format", `section kv: ${e.message}`, e);
   }
   // Nothing below can fail: every check is done.
-  applyKvRestore(kv, plan!);
+  if (rs) applyRecurrentRestore(rs, plan! as RecurrentRestorePlan);
+  else applyKvRestore(kv!, plan! as KvRestorePlan);
   into?.replaceTokens(tokens.get(dst) ?? []);
   if (opts.sampler && samplerState) opts.sampler.setState(samplerState);
   return { header, seq: dst, nCells: plan!.nCells, tokens, samplerState, logits };
