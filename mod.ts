@@ -26,7 +26,7 @@ export { type AtomicWriteOptions, NotAFileError, SameFileError } from "./lib/fs/
 
 // ---- models -----------------------------------------------------------------
 export { type LoadOptions, Model, ModelDisposedError, ModelInUseError } from "./lib/model/model.ts";
-export { type HParams, ModelError, type RopeParams } from "./lib/model/hparams.ts";
+export { type HParams, ModelError, type RopeParams, type SsmParams } from "./lib/model/hparams.ts";
 export type { WeightRef, WeightRole } from "./lib/model/weights.ts";
 export { SUPPORTED_ARCHS } from "./lib/model/arch/registry.ts";
 

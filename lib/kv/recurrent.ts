@@ -144,7 +144,12 @@ export class RecurrentMemory implements Disposable {
     let t = m.get(key);
     if (!t) {
       const width = which === "r" ? this.nEmbdR : this.nEmbdS;
-      t = g.external(`cache_${which}_l${il}`, GGMLType.F32, [width, this.size], this.storage(il)[which]);
+      t = g.external(
+        `cache_${which}_l${il}`,
+        GGMLType.F32,
+        [width, this.size],
+        this.storage(il)[which],
+      );
       m.set(key, t);
     }
     return t;
@@ -454,4 +459,3 @@ function emptyCell(): RecurrentCell {
 function range(p0: number, p1: number): [number, number] {
   return [p0 < 0 ? 0 : p0, p1 < 0 ? Number.MAX_SAFE_INTEGER : p1];
 }
-

@@ -248,7 +248,12 @@ export function applyRecurrentRestore(rs: RecurrentMemory, plan: RecurrentRestor
   if (plan.mode === "all") {
     rs.clear();
     for (const c of plan.cells) {
-      Object.assign(rs.cells[c.idx], { pos: c.pos, src: c.src, tail: c.tail, seqId: new Set(c.seqs) });
+      Object.assign(rs.cells[c.idx], {
+        pos: c.pos,
+        src: c.src,
+        tail: c.tail,
+        seqId: new Set(c.seqs),
+      });
     }
     rs.head = plan.head;
     rs.used = rs.cells.filter((c) => c.seqId.size > 0).length;

@@ -54,7 +54,8 @@ export async function writeRandomMamba(path: string, o: RandomMambaOptions = {})
     std: o.tied ? 2 / Math.sqrt(nEmbd) : 1,
   });
   // Seeded uniform-ish draws from the index: deterministic and spread.
-  const frac = (i: number, k: number) => ((Math.sin(i * 12.9898 + k * 78.233) * 43758.5453) % 1 + 1) % 1;
+  const frac = (i: number, k: number) =>
+    ((Math.sin(i * 12.9898 + k * 78.233) * 43758.5453) % 1 + 1) % 1;
   for (let i = 0; i < nLayer; i++) {
     const b = `blk.${i}.`;
     t.push({ name: `${b}attn_norm.weight`, ne: [nEmbd], kind: "norm" });
