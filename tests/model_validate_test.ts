@@ -77,21 +77,21 @@ Deno.test("validate: the unmodified small llama loads and the data scan passes",
 });
 
 Deno.test("validate: an unsupported architecture is named before any key is read", async () => {
-  // A mamba-like file: llama keys renamed and no attention heads.
+  // An rwkv6-like file: llama keys renamed and no attention heads.
   const path = await variant({
     kv: (kv) =>
-      u32Kv("mamba.attention.head_count", 0)(
+      u32Kv("rwkv6.attention.head_count", 0)(
         kv.map((x) =>
           x.key === "general.architecture"
-            ? { ...x, value: "mamba" }
+            ? { ...x, value: "rwkv6" }
             : x.key.startsWith("llama.")
-            ? { ...x, key: "mamba." + x.key.slice(6) }
+            ? { ...x, key: "rwkv6." + x.key.slice(6) }
             : x
         ),
       ),
   });
   await rejectsLoad(path, [
-    `architecture 'mamba' is not supported (supported: ${SUPPORTED_ARCHS.join(", ")})`,
+    `architecture 'rwkv6' is not supported (supported: ${SUPPORTED_ARCHS.join(", ")})`,
   ]);
 });
 

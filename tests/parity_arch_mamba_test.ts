@@ -231,3 +231,38 @@ Deno.test("mamba: state files carry the recurrent states (whole context and one 
   const got1 = await cont(c, 1);
   got1.forEach((l, i) => assert.equal(maxAbsDiff(l, want[i]), 0, `sequence state, token ${i}`));
 });
+
+Deno.test("mamba: an aborted decode removes the sequences it advanced; a refused one changes nothing", async () => {
+  using model = await Model.load(F32);
+  using ctx = await Context.create(model, { nSeqMax: 2, nUbatch: 4, nBatch: 64, threads: 1 });
+  await ctx.decodeBatch({ tokens: [5, 6, 7], seqIds: [1, 1, 1] });
+  // A position gap is refused before anything runs.
+  await assert.rejects(() => ctx.decodeBatch({ tokens: [8], seqIds: [1], pos: [9] }));
+  assert.equal(ctx.seqPosMax(1), 2);
+  // Aborted after its first micro-batch: sequence 0 was advanced part way.
+  const ac = new AbortController();
+  const run = ctx.decode(promptIds(12, 1, N_VOCAB, 3), { signal: ac.signal });
+  queueMicrotask(() => ac.abort(new Error("stop")));
+  await assert.rejects(run);
+  const p0 = ctx.seqPosMax(0);
+  assert.ok(p0 === -1, `sequence 0 removed, not left at position ${p0}`);
+  assert.equal(ctx.seqPosMax(1), 2, "sequence 1 untouched");
+});
+
+Deno.test("mamba: a missing ssm tensor fails at load naming it and its expected shape", async () => {
+  const bad = `${dir}/mamba_missing.gguf`;
+  await writeRandomMamba(bad, { nEmbd: 32, nLayer: 1 });
+  const bytes = await Deno.readFile(bad);
+  // The tensor-info name "blk.0.ssm_d" (u64 length 11, then the bytes) becomes "blk.0.ssm_q".
+  const name = new TextEncoder().encode("blk.0.ssm_d");
+  const at = bytes.findIndex((b, i) =>
+    b === 11 && bytes[i + 1] === 0 && name.every((c, j) => bytes[i + 8 + j] === c)
+  );
+  assert.ok(at >= 0);
+  bytes[at + 8 + name.length - 1] = "q".charCodeAt(0);
+  await Deno.writeFile(bad, bytes);
+  await assert.rejects(
+    () => Model.load(bad),
+    /missing tensor blk\.0\.ssm_d \(expected shape \[64\]\)/,
+  );
+});

@@ -182,10 +182,11 @@ export class Decoder {
    * init_batch): each part is cut with split_equal (sequential), every
    * micro-batch must find a slot before any runs, then each is placed
    * (find_slot) and run. Output rows come back in batch order. A state
-   * cannot be rewound, so when a part fails after some of its micro-batches
-   * ran, the sequences they advanced are removed (the caller sees an empty
-   * sequence, never a half-advanced one); a part refused before it ran
-   * leaves the memory as it was.
+   * cannot be rewound, so when the call fails or is aborted after a
+   * micro-batch started, the sequences advanced so far (and those whose
+   * states the interrupted one was moving) are removed: the caller sees an
+   * empty sequence, never a half-advanced one. A call refused before any
+   * micro-batch ran leaves the memory as it was.
    */
   async decodeRecurrent(
     rs: RecurrentMemory,
@@ -194,43 +195,55 @@ export class Decoder {
   ): Promise<DecodeOutput> {
     const rows: Array<[number, Float32Array]> = [];
     let offset = 0;
-    for (const b of parts) {
-      this.#init(b, rs, false);
-      const ubs: Ubatch[] = [];
-      try {
-        for (let ub = this.#splitter.splitEqual(this.#nUbatch, true); ub;) {
-          ubs.push(ub);
-          ub = this.#splitter.splitEqual(this.#nUbatch, true);
+    const before = rs.snapshot();
+    // Sequences advanced by the micro-batches run so far, and those whose
+    // states the running one moves (any may be half copied until it ends).
+    const advanced = new Set<number>();
+    let moving = new Set<number>();
+    let started = false;
+    try {
+      for (const b of parts) {
+        this.#init(b, rs, false);
+        const ubs: Ubatch[] = [];
+        try {
+          for (let ub = this.#splitter.splitEqual(this.#nUbatch, true); ub;) {
+            ubs.push(ub);
+            ub = this.#splitter.splitEqual(this.#nUbatch, true);
+          }
+        } catch (e) {
+          if (e instanceof KvError) throw new ContextError(`decode: ${e.message}`);
+          throw e;
         }
-      } catch (e) {
-        if (e instanceof KvError) throw new ContextError(`decode: ${e.message}`);
-        throw e;
-      }
-      if (this.#splitter.nUsed < this.#length(b) || !rs.prepare(ubs)) {
-        throw new ContextError(
-          `decode: no slot for the batch's sequences in the recurrent memory ` +
-            `(${rs.used} of ${rs.size} states used)`,
-        );
-      }
-      const before = rs.snapshot();
-      const touched = new Set<number>();
-      try {
+        if (this.#splitter.nUsed < this.#length(b) || !rs.prepare(ubs)) {
+          throw new ContextError(
+            `decode: no slot for the batch's sequences in the recurrent memory ` +
+              `(${rs.used} of ${rs.size} states used)`,
+          );
+        }
         const out: Float32Array[] = [];
         for (const ub of ubs) {
           signal.throwIfAborted();
+          started = true;
           rs.findSlot(ub);
-          for (const ids of ub.seqId) for (const s of ids) touched.add(s);
+          moving = new Set();
+          for (let i = rs.head; i < rs.head + rs.n; i++) {
+            for (const s of rs.cells[i].seqId) moving.add(s);
+          }
+          for (const ids of ub.seqId) for (const s of ids) advanced.add(s);
           out.push(...await this.#decodeUbatch(ub, null, signal));
+          moving = new Set();
         }
         this.#splitter.outIds.forEach((i, k) => rows.push([offset + i, out[k]]));
-      } catch (e) {
-        if (this.#isOpen()) {
-          rs.restore(before);
-          for (const s of touched) rs.seqRm(s, -1, -1);
-        }
-        throw e;
+        offset += this.#length(b);
       }
-      offset += this.#length(b);
+    } catch (e) {
+      if (this.#isOpen()) {
+        // Nothing ran: as before. Otherwise the cells describe the states as
+        // they now are, and the sequences advanced part way are removed.
+        if (!started) rs.restore(before);
+        else for (const s of new Set([...advanced, ...moving])) rs.seqRm(s, -1, -1);
+      }
+      throw e;
     }
     // llama_context reorders the outputs to batch order.
     rows.sort((a, b) => a[0] - b[0]);
