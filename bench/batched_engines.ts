@@ -319,8 +319,10 @@ export async function childOurs(a: ChildArgs, viaSequences: boolean): Promise<Ch
         p.calls++;
         return rows;
       },
-      // Only the warm-up's sequence 0 holds tokens when this runs.
-      clear: () => (viaSequences ? seqs[0].clear() : Promise.resolve(ctx.clear())),
+      clear: async () => {
+        if (viaSequences) await Promise.all(seqs.map((s) => s.clear()));
+        else ctx.clear();
+      },
       async [Symbol.asyncDispose]() {
         for (const s of seqs) s[Symbol.dispose]();
         await ctx[Symbol.asyncDispose]();
