@@ -291,8 +291,18 @@ export class SequenceQueue {
         this.#fail(r, o.signal!.reason, null);
       }
     }, { once: true });
-    this.#pump ??= this.#run().finally(() => (this.#pump = null));
+    this.#kick();
     return r.done.promise;
+  }
+
+  // Starts the pump unless it runs. A request submitted after the pump's
+  // loop saw the queue empty but before its `finally` ran would otherwise be
+  // left waiting forever: the pump starts again when requests remain.
+  #kick(): void {
+    this.#pump ??= this.#run().finally(() => {
+      this.#pump = null;
+      if (this.#pending.length) this.#kick();
+    });
   }
 
   /** Resolves when no request of `seq` is pending. */
