@@ -42,7 +42,7 @@ export const SYMBOLS = {
 export type LlmEdgeSymbols = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 
 /** ABI version this TypeScript expects (`LE_ABI_VERSION`). */
-export const ABI_VERSION = 2;
+export const ABI_VERSION = 3;
 
 /** `LE_MAX_THREADS`: the most threads a native context runs (le_ctx_new refuses more). */
 export const MAX_THREADS = 512;
@@ -53,14 +53,14 @@ export const LE_CANCELLED = -6;
 /** Bytes of one `le_tensor`. */
 export const TENSOR_BYTES = 80;
 /** Bytes of one `le_node`. */
-export const NODE_BYTES = 392;
+export const NODE_BYTES = 472;
 /** Byte offsets inside `le_node` / `le_tensor`. */
 export const NodeLayout = {
   OP: 0,
   N_SRC: 4,
   DST: 8,
   SRC: 88,
-  PARAMS: 328,
+  PARAMS: 408,
   T_TYPE: 0,
   T_FLAGS: 4,
   T_NE: 8,

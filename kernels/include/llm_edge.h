@@ -23,7 +23,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define LE_ABI_VERSION 2
+#define LE_ABI_VERSION 3
 
 /* ---- ops -------------------------------------------------------------- */
 /* Semantics are ggml's. Which types and shapes each op accepts is decided in
@@ -45,6 +45,10 @@ enum le_op {
   LE_OP_NORM = 12,     /* layer norm without affine; params f32[0] = eps */
   LE_OP_GELU = 13,
   LE_OP_GEGLU = 14,    /* gelu(src0) * src1 (ggml_geglu_split) */
+  LE_OP_FLASH_ATTN_EXT = 15, /* ggml_flash_attn_ext: src0 q F32 [D, n, nHead], src1 k and
+                              * src2 v [D, nKv, nHeadKv] (F16/F32/Q8_0, not transposed),
+                              * src3 optional F16 mask [nKv, >= n]; dst F32 [Dv, nHead, n];
+                              * params f32 scale, max_bias, softcap (0) */
   LE_OP_COUNT
 };
 
@@ -54,7 +58,7 @@ enum le_op {
  *   [6] f32 attn_factor  [7] f32 beta_fast  [8] f32 beta_slow        */
 
 #define LE_MAX_DIMS 4
-#define LE_MAX_SRC 3
+#define LE_MAX_SRC 4
 #define LE_MAX_PARAMS 16
 /* Most threads a context runs (le_ctx_new refuses more). ffi/symbols.ts
  * mirrors it as MAX_THREADS; tests/ffi_test.ts compares the two. */
@@ -69,7 +73,7 @@ typedef struct le_tensor {
   uint64_t data;  /* address of element [0,0,0,0] */
 } le_tensor;
 
-/* One node of the command buffer: 392 bytes. The buffer TypeScript hands to
+/* One node of the command buffer: 472 bytes. The buffer TypeScript hands to
  * le_graph_compute is an array of these, executed in order with a barrier
  * between nodes. */
 typedef struct le_node {

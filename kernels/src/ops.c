@@ -360,7 +360,7 @@ static const int8_t min_src[LE_OP_COUNT] = {
     [LE_OP_GET_ROWS] = 2, [LE_OP_RMS_NORM] = 1, [LE_OP_MUL] = 2,  [LE_OP_ADD] = 2,
     [LE_OP_MUL_MAT] = 2,  [LE_OP_ROPE] = 2,     [LE_OP_SOFT_MAX] = 1, [LE_OP_SILU] = 1,
     [LE_OP_SWIGLU] = 2,   [LE_OP_CPY] = 1,      [LE_OP_SCALE] = 1, [LE_OP_NORM] = 1,
-    [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,
+    [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,      [LE_OP_FLASH_ATTN_EXT] = 3,
 };
 
 int le_node_check(const le_node *n) {
@@ -386,6 +386,8 @@ size_t le_node_wsize(const le_node *n, int n_threads) {
       return (size_t)(n->dst.ne[0] + 16) * 4 * (size_t)n_threads;
     case LE_OP_MUL_MAT:
       return le_mul_mat_wsize(n);
+    case LE_OP_FLASH_ATTN_EXT:
+      return le_flash_attn_wsize(n, n_threads);
     default:
       return 0;
   }
@@ -407,6 +409,7 @@ void le_node_compute(const le_node *n, const le_compute_params *p) {
     case LE_OP_ROPE: op_rope(n, p); break;
     case LE_OP_CPY: op_cpy(n, p); break;
     case LE_OP_MUL_MAT: le_mul_mat(n, p); break;
+    case LE_OP_FLASH_ATTN_EXT: le_flash_attn(n, p); break;
     default: break;
   }
 }

@@ -271,6 +271,8 @@ static int le_solo(const le_node *n) {
   const le_tensor *d = &n->dst;
   const int64_t nd = d->ne[0] * d->ne[1] * d->ne[2] * d->ne[3];
   if (n->op == LE_OP_MUL_MAT) return nd * n->src[0].ne[0] <= LE_SOLO_MACS;
+  /* ggml's split-KV flash attention cuts the cache by thread count */
+  if (n->op == LE_OP_FLASH_ATTN_EXT) return !le_flash_attn_split(n) && nd <= LE_SOLO_ELEMS;
   return nd <= LE_SOLO_ELEMS;
 }
 

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { MAX_PARAMS, opSupported } from "../graph/ops.ts";
+import { MAX_PARAMS, MAX_SRC, opSupported } from "../graph/ops.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
 import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 import { validateNode } from "./validate.ts";
@@ -265,7 +265,7 @@ export class CpuBackend implements Backend {
       v.setInt32(base + L.OP, n.op, true);
       v.setInt32(base + L.N_SRC, n.src.length, true);
       this.#encodeTensor(v, base + L.DST, n.dst, where);
-      for (let s = 0; s < 3; s++) {
+      for (let s = 0; s < MAX_SRC; s++) {
         this.#encodeTensor(v, base + L.SRC + s * TENSOR_BYTES, n.src[s], where);
       }
       for (let p = 0; p < MAX_PARAMS; p++) {

@@ -11,7 +11,7 @@
  */
 import type { BufferRef, Dims } from "../ggml/memory.ts";
 import { GGMLType } from "../ggml/types.ts";
-import { f32Bits, Op, opViolation, RopeMode, RopeParam } from "./ops.ts";
+import { f32Bits, FlashAttnParam, Op, opViolation, RopeMode, RopeParam } from "./ops.ts";
 
 export type { BufferRef, Dims } from "../ggml/memory.ts";
 export { Tensor } from "./tensor.ts";
@@ -53,6 +53,16 @@ export interface SoftMaxOptions {
   /** Multiplier applied before the mask. Default 1. */
   scale?: number;
   /** ALiBi max bias (needs a mask). Default 0. */
+  maxBias?: number;
+}
+
+/** Options of {@link Graph.flashAttnExt}. */
+export interface FlashAttnOptions {
+  /** F16 additive mask [nKv, >= nTokens], or none. */
+  mask?: Tensor;
+  /** kq scale. Default 1. */
+  scale?: number;
+  /** ALiBi max bias. Default 0. */
   maxBias?: number;
 }
 
@@ -281,6 +291,30 @@ export class Graph {
     t.params[0] = f32Bits(o.scale ?? 1);
     t.params[1] = f32Bits(maxBias);
     return this.#ruled("softMax", t);
+  }
+
+  /**
+   * ggml_flash_attn_ext: softmax(q·k * scale + mask) v per head, for q
+   * [D, nTokens, nHead], k [D, nKv, nHeadKv] and v [Dv, nKv, nHeadKv] (not
+   * transposed); the result is [Dv, nHead, nTokens] (ggml's permuted layout,
+   * contiguous).
+   */
+  flashAttnExt(q: Tensor, k: Tensor, v: Tensor, o: FlashAttnOptions = {}): Tensor {
+    this.#check(q), this.#check(k), this.#check(v);
+    const m = o.mask;
+    if (m) this.#check(m);
+    const ne: Dims = [v.ne[0], q.ne[2], q.ne[1], q.ne[3]];
+    const t = this.#op(
+      Op.FLASH_ATTN_EXT,
+      "flash_attn_ext",
+      GGMLType.F32,
+      ne,
+      m ? [q, k, v, m] : [q, k, v],
+    );
+    t.params[FlashAttnParam.SCALE] = f32Bits(o.scale ?? 1);
+    t.params[FlashAttnParam.MAX_BIAS] = f32Bits(o.maxBias ?? 0);
+    t.params[FlashAttnParam.SOFTCAP] = f32Bits(0);
+    return this.#ruled("flashAttnExt", t);
   }
 
   #unary(op: Op, what: string, x: Tensor): Tensor {
