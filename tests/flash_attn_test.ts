@@ -46,16 +46,117 @@ interface FaCase {
 }
 
 const CASES: FaCase[] = [
-  { name: "rows f16", d: 32, n: 5, nHead: 4, nHeadKv: 2, nKv: 96, kvType: F16, mask: "causal", threads: 2 },
-  { name: "rows q8_0", d: 32, n: 7, nHead: 4, nHeadKv: 4, nKv: 128, kvType: Q8_0, mask: "causal", threads: 3 },
-  { name: "rows q8_0, 70 tokens", d: 64, n: 70, nHead: 2, nHeadKv: 1, nKv: 100, kvType: Q8_0, mask: "sparse", threads: 2 },
-  { name: "rows f16, no mask", d: 64, n: 3, nHead: 2, nHeadKv: 2, nKv: 40, kvType: F16, mask: "none", threads: 1 },
-  { name: "rows f16, alibi", d: 32, n: 4, nHead: 3, nHeadKv: 3, nKv: 64, kvType: F16, mask: "causal", maxBias: 8, threads: 2 },
-  { name: "tiled f16", d: 32, n: 70, nHead: 4, nHeadKv: 2, nKv: 200, kvType: F16, mask: "causal", threads: 3 },
-  { name: "tiled f16, sparse mask", d: 64, n: 64, nHead: 2, nHeadKv: 2, nKv: 256, kvType: F16, mask: "sparse", threads: 2 },
-  { name: "split kv f16, 4 threads", d: 32, n: 1, nHead: 4, nHeadKv: 2, nKv: 512, kvType: F16, mask: "sparse", threads: 4 },
-  { name: "split kv f16, 3 threads", d: 64, n: 1, nHead: 2, nHeadKv: 1, nKv: 768, kvType: F16, mask: "causal", threads: 3 },
-  { name: "decode q8_0, 768 cells", d: 32, n: 1, nHead: 4, nHeadKv: 4, nKv: 768, kvType: Q8_0, mask: "causal", threads: 3 },
+  {
+    name: "rows f16",
+    d: 32,
+    n: 5,
+    nHead: 4,
+    nHeadKv: 2,
+    nKv: 96,
+    kvType: F16,
+    mask: "causal",
+    threads: 2,
+  },
+  {
+    name: "rows q8_0",
+    d: 32,
+    n: 7,
+    nHead: 4,
+    nHeadKv: 4,
+    nKv: 128,
+    kvType: Q8_0,
+    mask: "causal",
+    threads: 3,
+  },
+  {
+    name: "rows q8_0, 70 tokens",
+    d: 64,
+    n: 70,
+    nHead: 2,
+    nHeadKv: 1,
+    nKv: 100,
+    kvType: Q8_0,
+    mask: "sparse",
+    threads: 2,
+  },
+  {
+    name: "rows f16, no mask",
+    d: 64,
+    n: 3,
+    nHead: 2,
+    nHeadKv: 2,
+    nKv: 40,
+    kvType: F16,
+    mask: "none",
+    threads: 1,
+  },
+  {
+    name: "rows f16, alibi",
+    d: 32,
+    n: 4,
+    nHead: 3,
+    nHeadKv: 3,
+    nKv: 64,
+    kvType: F16,
+    mask: "causal",
+    maxBias: 8,
+    threads: 2,
+  },
+  {
+    name: "tiled f16",
+    d: 32,
+    n: 70,
+    nHead: 4,
+    nHeadKv: 2,
+    nKv: 200,
+    kvType: F16,
+    mask: "causal",
+    threads: 3,
+  },
+  {
+    name: "tiled f16, sparse mask",
+    d: 64,
+    n: 64,
+    nHead: 2,
+    nHeadKv: 2,
+    nKv: 256,
+    kvType: F16,
+    mask: "sparse",
+    threads: 2,
+  },
+  {
+    name: "split kv f16, 4 threads",
+    d: 32,
+    n: 1,
+    nHead: 4,
+    nHeadKv: 2,
+    nKv: 512,
+    kvType: F16,
+    mask: "sparse",
+    threads: 4,
+  },
+  {
+    name: "split kv f16, 3 threads",
+    d: 64,
+    n: 1,
+    nHead: 2,
+    nHeadKv: 1,
+    nKv: 768,
+    kvType: F16,
+    mask: "causal",
+    threads: 3,
+  },
+  {
+    name: "decode q8_0, 768 cells",
+    d: 32,
+    n: 1,
+    nHead: 4,
+    nHeadKv: 4,
+    nKv: 768,
+    kvType: Q8_0,
+    mask: "causal",
+    threads: 3,
+  },
 ];
 
 interface Operands {
@@ -73,14 +174,24 @@ function typeBytes(type: number, vals: Float32Array): Uint8Array {
 
 function operands(c: FaCase): Operands {
   const r = rng(c.d * 1000 + c.n * 7 + c.nKv);
-  const rand = (len: number, s: number) => Float32Array.from({ length: len }, () => (r() * 2 - 1) * s);
+  const rand = (len: number, s: number) =>
+    Float32Array.from({ length: len }, () => (r() * 2 - 1) * s);
   const qNe = [c.d, c.n, c.nHead, 1], kNe = [c.d, c.nKv, c.nHeadKv, 1];
   const q = rand(c.d * c.n * c.nHead, 1.5);
   const k = typeBytes(c.kvType, rand(c.d * c.nKv * c.nHeadKv, 1.5));
   const v = typeBytes(c.kvType, rand(c.d * c.nKv * c.nHeadKv, 2));
   const a: OracleFlashAttnArgs = {
-    q, qNe, k, kType: c.kvType, kNe, v, vType: c.kvType, vNe: kNe,
-    scale: 1 / Math.sqrt(c.d), maxBias: c.maxBias ?? 0, threads: c.threads,
+    q,
+    qNe,
+    k,
+    kType: c.kvType,
+    kNe,
+    v,
+    vType: c.kvType,
+    vNe: kNe,
+    scale: 1 / Math.sqrt(c.d),
+    maxBias: c.maxBias ?? 0,
+    threads: c.threads,
   };
   if (c.mask !== "none") {
     const m = new Uint16Array(c.nKv * c.n);
@@ -97,7 +208,12 @@ function operands(c: FaCase): Operands {
   return { a, dstNe: [c.d, c.nHead, c.n, 1] };
 }
 
-function tensor(b: Backend, type: number, ne: readonly number[], bytes: Uint8Array): ResolvedTensor {
+function tensor(
+  b: Backend,
+  type: number,
+  ne: readonly number[],
+  bytes: Uint8Array,
+): ResolvedTensor {
   const info = ggmlTypeInfo(type)!;
   const nb1 = (ne[0] / info.blockSize) * info.typeSize;
   const nb: Dims = [info.typeSize, nb1, nb1 * ne[1], nb1 * ne[1] * ne[2]];
@@ -138,7 +254,9 @@ function firstDiff(got: Float32Array, want: Float32Array): string {
   }
   return bad === 0
     ? ""
-    : `${bad} of ${a.length} differ (max |diff| ${max}), first at ${first}: ours ${got[first]}, ggml ${want[first]}`;
+    : `${bad} of ${a.length} differ (max |diff| ${max}), first at ${first}: ours ${
+      got[first]
+    }, ggml ${want[first]}`;
 }
 
 async function unavailable(variant: string, level: number): Promise<string> {

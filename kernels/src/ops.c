@@ -295,6 +295,13 @@ static void op_cpy(const le_node *n, const le_compute_params *p) {
   const le_type_traits *ts = le_traits(s->type), *td = le_traits(d->type);
   const int same = s->ne[0] == d->ne[0] && s->ne[1] == d->ne[1] && s->ne[2] == d->ne[2] &&
                    s->ne[3] == d->ne[3];
+  if (ts->blck > 1) {
+    /* dequantizing copy (K-shift of a q8_0 cache): whole rows, same shape, f32 dst */
+    FOR_MY_ROWS(d, p)
+    ts->to_float(ROW(s, i1, i2, i3), (float *)ROW(d, i1, i2, i3), d->ne[0]);
+    END_ROWS
+    return;
+  }
   if (td->blck > 1) {
     /* quantizing copy (KV cache in q8_0): whole rows, same shape, f32 src */
     le_from_float_fn q = td->from_float_act ? td->from_float_act : td->from_float_ref;

@@ -228,6 +228,15 @@ function cpy(n: ExecNode): void {
     });
     return;
   }
+  if (ggmlTypeInfo(a.type)!.blockSize > 1) {
+    // dequantizing copy: same shape, whole rows
+    const x = new Float64Array(a.ne[0]);
+    forRows(a, (i1, i2, i3) => {
+      readRow(a, i1, i2, i3, x);
+      writeRow(d, i1, i2, i3, x);
+    });
+    return;
+  }
   // element-wise in logical row-major order; dst shape may differ
   const sv = viewOf(a.data.buffer), dv = viewOf(d.data.buffer);
   let j = 0;

@@ -361,6 +361,12 @@ export class Graph {
     return this.#ruled("cpy", this.#inplace(Op.CPY, `cpy->${dst.root.name}`, dst, [a, dst]));
   }
 
+  /** A packed copy of x converted to `type` (ggml_cast). */
+  cast(x: Tensor, type: number): Tensor {
+    this.#check(x);
+    return this.#ruled("cast", this.#op(Op.CPY, "cast", type, [...x.ne] as Dims, [x]));
+  }
+
   /** A packed copy of x, optionally with a new shape of the same element count. */
   cont(x: Tensor, shape?: readonly number[]): Tensor {
     this.#check(x);

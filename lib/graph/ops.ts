@@ -246,9 +246,18 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
   [Op.GEGLU]: GLU,
   [Op.CPY]: {
     src: [1, 1],
-    types: (d, [s0]) => FLOAT_TYPES.includes(s0) && CPY_DST_TYPES.includes(d),
+    types: (d, [s0]) =>
+      (FLOAT_TYPES.includes(s0) && CPY_DST_TYPES.includes(d)) || (s0 === Q8_0 && d === F32),
     layout(d, [a]) {
       if (nel(a) !== nel(d)) return "element counts differ";
+      if (ggmlTypeInfo(a.type)!.blockSize > 1) {
+        // dequantizing copy (ggml_cast of a quantized cache view): whole rows
+        if (!(sameShape(a, d) && rowsOf(d, F32))) {
+          return "dequantizing copy: same shape, contiguous F32 dst";
+        }
+        if (a.nb[0] !== typeSize(a.type)) return "quantized src rows must be contiguous";
+        return;
+      }
       if (ggmlTypeInfo(d.type)!.blockSize > 1) {
         if (!(sameShape(a, d) && rowsOf(a, F32))) {
           return "quantizing copy: same shape, contiguous F32 src";

@@ -46,6 +46,7 @@ import {
   type ContextDecodeOptions,
   type ContextOptions,
   type DecodeResult,
+  type KvType,
   validateContextOptions,
   validateDecode,
 } from "./options.ts";
@@ -55,8 +56,9 @@ export type {
   ContextDecodeOptions,
   ContextOptions,
   DecodeResult,
+  KvType,
 } from "./options.ts";
-import { OptionChecker } from "../options.ts";
+import { OptionChecker, OptionError } from "../options.ts";
 import type { MemoryOps } from "./lease.ts";
 import { dryBackend, memoryShortfall } from "./sizing.ts";
 
@@ -67,7 +69,8 @@ interface Shape {
   nSeqMax: number;
   embeddings: boolean;
   threads?: number;
-  kvType: "f16" | "f32";
+  kvType: KvType;
+  flashAttn: boolean;
 }
 
 interface Parts {
@@ -85,6 +88,13 @@ interface Leftovers {
   backends: Backend[];
   use: ModelUse;
 }
+
+/** The ggml type of each cache type. */
+const KV_GGML_TYPE: Readonly<Record<KvType, number>> = {
+  f16: GGMLType.F16,
+  f32: GGMLType.F32,
+  q8_0: GGMLType.Q8_0,
+};
 
 const forgotten = new FinalizationRegistry<Leftovers>(({ backends, use }) => {
   // Backends own every native allocation (cache, arenas, thread pool).
@@ -128,7 +138,9 @@ export class Context implements Disposable, AsyncDisposable {
   /** CPU threads asked for (undefined: physical cores). */
   readonly threads: number | undefined;
   /** KV cache element type. */
-  readonly kvType: "f16" | "f32";
+  readonly kvType: KvType;
+  /** Whether attention is one flash-attention op ({@link ContextOptions.flashAttn}). */
+  readonly flashAttn: boolean;
   /** The backend choice this context was created with (`backend`, or `backends` and `layerSplit`). */
   readonly backendChoice: BackendChoice;
   /** "Context #N (nCtx …, backend)": how errors name this context. */
@@ -159,6 +171,7 @@ export class Context implements Disposable, AsyncDisposable {
     this.label = label;
     this.threads = p.o.threads;
     this.kvType = p.o.kvType;
+    this.flashAttn = p.o.flashAttn;
     this.backendChoice = p.choice;
     this.nCtx = p.o.nCtx;
     this.nBatch = p.o.nBatch;
@@ -211,6 +224,7 @@ export class Context implements Disposable, AsyncDisposable {
       embeddings: (options.embeddings ?? false) || model.arch.output === "embeddings",
       threads: options.threads,
       kvType: options.kvType ?? "f16",
+      flashAttn: options.flashAttn ?? false,
     };
     const id = nextId++;
     const label = `Context #${id} (nCtx ${nCtx}, ${choiceLabel(choice)})`;
@@ -227,6 +241,15 @@ export class Context implements Disposable, AsyncDisposable {
     const backends = await openBackends(plan, options.threads, stack);
     const assign = layerAssignment(plan, backends);
     const hasKv = model.arch.memory === "kv";
+    if (o.flashAttn && !hasKv) {
+      throw new OptionError(
+        "Context.create",
+        "flashAttn",
+        true,
+        `false (${model.arch.names[0]} has no KV cache; flash attention is implemented over a cache)`,
+      );
+    }
+    const cacheType = KV_GGML_TYPE[o.kvType];
     const newKv = (pick: (layer: number) => Backend) =>
       !hasKv ? null : new KvCache({
         size: nCtx,
@@ -234,8 +257,10 @@ export class Context implements Disposable, AsyncDisposable {
         nHeadKv: hp.nHeadKv,
         nEmbdHeadK: hp.headDimK,
         nEmbdHeadV: hp.headDimV,
-        typeK: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
-        typeV: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
+        typeK: cacheType,
+        typeV: cacheType,
+        // build_attn_mha's flash path reads V untransposed (llama.cpp's v_trans = !flash_attn).
+        vTrans: !o.flashAttn,
         nSeqMax: o.nSeqMax,
         backend: pick,
       });

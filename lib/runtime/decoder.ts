@@ -8,6 +8,7 @@
  * @module
  */
 import type { Graph } from "../graph/graph.ts";
+import { GGMLType } from "../ggml/types.ts";
 import { type Batch, BatchSplitter, type Ubatch } from "../kv/batch.ts";
 import type { KvCache, SlotInfo, SlotUndo } from "../kv/cache.ts";
 import { KvError } from "../kv/cells.ts";
@@ -61,7 +62,7 @@ export class Decoder {
   readonly #closer: AbortSignal;
   readonly #isOpen: () => boolean;
   #splitter = new BatchSplitter();
-  #mask = new Float32Array(0);
+  #mask: Float32Array | Uint16Array = new Float32Array(0);
   // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
   #last: { key: string; g: Graph; io: ArchGraph } | null = null;
   /** Values of the debugging taps from the last graph run (ggml element order). */
@@ -209,11 +210,15 @@ export class Decoder {
     const io = last!.io;
     sched.setInput(io.tokens, ub.token!);
     if (io.pos) sched.setInput(io.pos, ub.pos);
-    if (this.#mask.length !== nKv * ub.nTokens) this.#mask = new Float32Array(nKv * ub.nTokens);
+    // F16 bits for flash attention's mask.
+    const half = io.mask.type === GGMLType.F16;
+    if (this.#mask.length !== nKv * ub.nTokens || (this.#mask instanceof Uint16Array) !== half) {
+      this.#mask = half ? new Uint16Array(nKv * ub.nTokens) : new Float32Array(nKv * ub.nTokens);
+    }
     // Without a cache, non-causal whatever attention.causal says: llama.cpp's
     // encode (which llama_decode runs for such models) always is.
     if (kv) kv.fillMask(ub, nKv, this.#mask);
-    else encoderMask(ub, false, this.#mask);
+    else encoderMask(ub, false, this.#mask as Float32Array); // no cache: never flash attention
     sched.setInput(io.mask, this.#mask);
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);

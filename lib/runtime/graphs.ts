@@ -5,7 +5,7 @@
  * @module
  */
 import { Graph, type Tensor } from "../graph/graph.ts";
-import { GGMLType } from "../ggml/types.ts";
+import { GGMLType, ggmlTypeInfo } from "../ggml/types.ts";
 import type { Ubatch } from "../kv/batch.ts";
 import type { KvCache } from "../kv/cache.ts";
 import { GraphBuilder } from "../model/arch/builder.ts";
@@ -72,9 +72,18 @@ export function buildShiftGraph(model: Model, kv: KvCache): ShiftGraph {
   // The forward pass sees the whole unified cache as one sequence's context.
   const ref = model.arch.ropeFactors?.(model.weights, hp, kv.size);
   const rope = { ...hp.rope, inplace: true, freqFactors: ref ? leaves.get(ref) : undefined };
+  const quantized = ggmlTypeInfo(kv.typeK)!.blockSize > 1;
   for (let il = 0; il < kv.nLayer; il++) {
     g.setLayer(il);
-    g.expand(g.rope(kv.kShiftView(g, il, hp.rope.nDims), shift, rope));
+    const k = kv.kShiftView(g, il, hp.rope.nDims);
+    if (quantized) {
+      // build_rope_shift: dequantize to f32, rope, quantize back (no Hadamard
+      // rotation: q8_0 caches are refused for head sizes where llama.cpp has one).
+      const f = g.cast(k, GGMLType.F32);
+      g.expand(g.cpy(g.rope(f, shift, { ...rope, inplace: false }), k));
+    } else {
+      g.expand(g.rope(k, shift, rope));
+    }
   }
   g.setLayer(-1);
   return { g, shift };

@@ -61,3 +61,48 @@ int32_t ofa_flash_attn(const char *path, const int64_t *ne, int32_t kt, int32_t 
   ggml_free(ctx);
   return rc;
 }
+
+/* llama_kv_cache::build_rope_shift's quantized branch on one layer's K
+ * (ggml type kt, [n_embd_head * n_head_kv, size] in k, rewritten in place):
+ * the view of the first n_rot elements of every head is cast to F32, roped
+ * by shift[cell] with the given settings (rope f[0..5]: freq_base,
+ * freq_scale, ext_factor, attn_factor, beta_fast, beta_slow) and copied back
+ * (quantized again). Without the Hadamard rotation: at this revision
+ * llama.cpp's own graph dereferences the missing rotation matrix (k_rot is
+ * NULL when attn_rot_k is off) and crashes, so the K-shift of a quantized
+ * cache is checked op by op here. */
+int32_t ofa_k_shift(const char *path, int32_t kt, void *k, int64_t n_embd_head, int64_t n_head_kv,
+                    int64_t size, int32_t n_rot, int32_t mode, int32_t n_ctx_orig,
+                    const float *f, const int32_t *shift, int32_t n_threads) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return -1;
+  void (*init)(void) = (void (*)(void))dlsym(h, "ggml_cpu_init");
+  const compute_fn compute = (compute_fn)dlsym(h, "ggml_graph_compute_with_ctx");
+  if (!init || !compute) return -1;
+  init();
+  const size_t row = ggml_row_size((enum ggml_type)kt, n_embd_head * n_head_kv);
+  struct ggml_init_params ip = {
+      .mem_size = row * (size_t)size + (size_t)(n_rot * n_head_kv * size) * 4 * 2 +
+                  (size_t)size * 4 + ggml_graph_overhead() + 16 * ggml_tensor_overhead() +
+                  (16 << 20),
+      .mem_buffer = NULL,
+      .no_alloc = false,
+  };
+  struct ggml_context *ctx = ggml_init(ip);
+  if (!ctx) return -2;
+  struct ggml_tensor *kc = ggml_new_tensor_2d(ctx, (enum ggml_type)kt, n_embd_head * n_head_kv, size);
+  memcpy(kc->data, k, ggml_nbytes(kc));
+  struct ggml_tensor *sh = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, size);
+  memcpy(sh->data, shift, (size_t)size * 4);
+  struct ggml_tensor *view = ggml_view_3d(ctx, kc, n_rot, n_head_kv, size,
+                                          ggml_row_size(kc->type, n_embd_head), row, 0);
+  struct ggml_tensor *tmp = ggml_cast(ctx, view, GGML_TYPE_F32);
+  tmp = ggml_rope_ext(ctx, tmp, sh, NULL, n_rot, mode, n_ctx_orig, f[0], f[1], f[2], f[3], f[4], f[5]);
+  tmp = ggml_cpy(ctx, tmp, view);
+  struct ggml_cgraph *gf = ggml_new_graph(ctx);
+  ggml_build_forward_expand(gf, tmp);
+  const int32_t rc = compute(ctx, gf, n_threads) == GGML_STATUS_SUCCESS ? 0 : -2;
+  if (rc == 0) memcpy(k, kc->data, ggml_nbytes(kc));
+  ggml_free(ctx);
+  return rc;
+}

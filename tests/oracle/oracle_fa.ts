@@ -26,7 +26,36 @@ const SYMBOLS = {
     ],
     result: "i32",
   },
+  ofa_k_shift: {
+    parameters: [
+      "buffer",
+      "i32",
+      "buffer",
+      "i64",
+      "i64",
+      "i64",
+      "i32",
+      "i32",
+      "i32",
+      "buffer",
+      "buffer",
+      "i32",
+    ],
+    result: "i32",
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
+
+/** RoPE settings of {@link OracleFlashAttn.kShift} (ggml_rope_ext's arguments). */
+export interface OracleRope {
+  /** Rotated elements per head. */
+  nRot: number;
+  /** ggml rope mode (0 normal, 2 neox). */
+  mode: number;
+  /** n_ctx_orig. */
+  nCtxOrig: number;
+  /** freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow. */
+  f: readonly [number, number, number, number, number, number];
+}
 
 /** One flash attention call's operands (contiguous tensors, ggml layouts). */
 export interface OracleFlashAttnArgs {
@@ -65,6 +94,18 @@ export interface OracleFlashAttn {
    * llama.cpp's `variant` CPU build; null when that file cannot be loaded here.
    */
   flashAttn(variant: string, a: OracleFlashAttnArgs): Float32Array | null;
+  /**
+   * The quantized branch of llama.cpp's K-shift (cast to F32, rope by each
+   * cell's delta, copy back) on one layer's K bytes, returned as new bytes;
+   * null when the variant cannot be loaded here.
+   */
+  kShift(
+    variant: string,
+    k: { bytes: Uint8Array; type: number; nEmbdHead: number; nHeadKv: number; size: number },
+    rope: OracleRope,
+    shift: Int32Array,
+    threads: number,
+  ): Uint8Array | null;
 }
 
 let lib: Deno.DynamicLibrary<typeof SYMBOLS> | null = null;
@@ -96,6 +137,26 @@ export async function loadOracleFlashAttn(): Promise<OracleFlashAttn> {
       if (rc === -1) return null;
       if (rc !== 0) throw new Error(`oracle flash attn: ggml's graph failed (${rc})`);
       return out;
+    },
+    kShift(variant, k, rope, shift, threads) {
+      const bytes = k.bytes.slice();
+      const rc = s.ofa_k_shift(
+        cstr(join(ORACLE_BIN, `libggml-cpu-${variant}.so`)),
+        k.type,
+        bytes,
+        BigInt(k.nEmbdHead),
+        BigInt(k.nHeadKv),
+        BigInt(k.size),
+        rope.nRot,
+        rope.mode,
+        rope.nCtxOrig,
+        Float32Array.from(rope.f),
+        shift as Int32Array<ArrayBuffer>,
+        threads,
+      );
+      if (rc === -1) return null;
+      if (rc !== 0) throw new Error(`oracle k-shift: ggml's graph failed (${rc})`);
+      return bytes;
     },
   };
 }

@@ -73,8 +73,13 @@ export class GraphBuilder {
   readonly kv: KvCache | null;
   /** I32 [nTokens] token ids. */
   readonly tokens: Tensor;
-  /** F32 [nKv, nTokens] additive attention mask. */
+  /** Additive attention mask [nKv, nTokens]: F32, or F16 for flash attention. */
   readonly mask: Tensor;
+  /**
+   * Attention as ggml_flash_attn_ext: a cache whose V is not transposed is
+   * llama.cpp's flash-attention layout (v_trans = !flash_attn).
+   */
+  readonly flashAttn: boolean;
   /** I32 [nOutputs] rows kept for the output, or null when every row is. */
   readonly outIds: Tensor | null;
   readonly #arch: Architecture;
@@ -103,7 +108,10 @@ export class GraphBuilder {
     const n = o.step.nTokens;
     this.tokens = o.g.input("inp_tokens", GGMLType.I32, [n]);
     if (o.arch.rope !== "none") this.#pos = o.g.input("inp_pos", GGMLType.I32, [n]);
-    this.mask = o.g.input("kq_mask", GGMLType.F32, [o.step.nKv, n]);
+    this.flashAttn = o.kv !== null && !o.kv.vTrans;
+    // build_attn_inp_kq_mask: F16 for flash attention (no row padding at this revision).
+    const maskType = this.flashAttn ? GGMLType.F16 : GGMLType.F32;
+    this.mask = o.g.input("kq_mask", maskType, [o.step.nKv, n]);
     this.outIds = o.step.nOutputs > 0 && o.step.nOutputs < n
       ? o.g.input("inp_out_ids", GGMLType.I32, [o.step.nOutputs])
       : null;
@@ -228,6 +236,18 @@ export class GraphBuilder {
     }
     // Heads become the outer dimension so one mul_mat per head pair does q·k.
     const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead]
+    if (this.flashAttn) {
+      // build_attn_mha's flash path: one op over the cache views (V not
+      // transposed), F32 accumulation; its [headDimV, nHead, n] result is
+      // already the merged heads.
+      const fa = this.cb(
+        g.flashAttnExt(qh, kAll, vAll, { mask: this.mask, scale: kqScale }),
+        "fattn",
+        il,
+      );
+      const merged = this.cb(g.reshape(fa, [headDimV * nHead, n]), "kqv_out", il);
+      return this.cb(this.bias(g.mulMat(this.w(wo), merged), bo), "attn_out", il);
+    }
     let kq = this.cb(g.mulMat(kAll, qh), "kq", il); // [nKv, n, nHead]
     kq = this.cb(g.softMax(kq, { mask: this.mask, scale: kqScale }), "kq_soft_max", il);
     const kqv = this.cb(g.mulMat(vAll, kq), "kqv", il); // [headDimV, n, nHead]
