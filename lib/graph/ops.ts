@@ -287,14 +287,18 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
       if (!(k.ne[3] > 0 && v.ne[3] > 0 && q.ne[3] % k.ne[3] === 0 && q.ne[3] % v.ne[3] === 0)) {
         return "k/v dim 3 must divide q's";
       }
-      if (!(d.ne[0] === v.ne[0] && d.ne[1] === q.ne[2] && d.ne[2] === q.ne[1] && d.ne[3] === q.ne[3])) {
+      if (
+        !(d.ne[0] === v.ne[0] && d.ne[1] === q.ne[2] && d.ne[2] === q.ne[1] && d.ne[3] === q.ne[3])
+      ) {
         return "dst must be [Dv, nHead, n, ne3 of q]";
       }
       if (!(rowsOf(d, F32) && d.nb[1] === 4 * d.ne[0] && d.nb[2] === d.nb[1] * d.ne[1])) {
         return "dst must be contiguous";
       }
       const bs = (t: Operand) => ggmlTypeInfo(t.type)!.blockSize;
-      if (k.ne[0] % bs(k) !== 0 || v.ne[0] % bs(v) !== 0) return "D must be a multiple of the block";
+      if (k.ne[0] % bs(k) !== 0 || v.ne[0] % bs(v) !== 0) {
+        return "D must be a multiple of the block";
+      }
       if (m) {
         if (m.nb[0] !== 2) return "mask rows must be contiguous";
         if (!(m.ne[0] === k.ne[1] && m.ne[1] >= q.ne[1])) return "mask must be [nKv, >= n, ..]";

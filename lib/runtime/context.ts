@@ -138,7 +138,7 @@ export class Context implements Disposable, AsyncDisposable {
   /** CPU threads asked for (undefined: physical cores). */
   readonly threads: number | undefined;
   /** KV cache element type. */
-  readonly kvType: KvType;
+  readonly kvType: "f16" | "f32" | "q8_0";
   /** Whether attention is one flash-attention op ({@link ContextOptions.flashAttn}). */
   readonly flashAttn: boolean;
   /** The backend choice this context was created with (`backend`, or `backends` and `layerSplit`). */
@@ -246,7 +246,9 @@ export class Context implements Disposable, AsyncDisposable {
         "Context.create",
         "flashAttn",
         true,
-        `false (${model.arch.names[0]} has no KV cache; flash attention is implemented over a cache)`,
+        `false (${
+          model.arch.names[0]
+        } has no KV cache; flash attention is implemented over a cache)`,
       );
     }
     const cacheType = KV_GGML_TYPE[o.kvType];

@@ -51,7 +51,7 @@ export interface ContextOptions {
    * multiple of 32 but not of 64 (llama.cpp rotates q8_0 keys and values of
    * head sizes divisible by 64 with a Hadamard matrix, not implemented).
    */
-  kvType?: KvType;
+  kvType?: "f16" | "f32" | "q8_0";
   /**
    * Attention as one flash-attention op (llama.cpp's flash_attn_type
    * enabled: ggml_flash_attn_ext over a non-transposed V cache, F16 mask)
@@ -162,7 +162,9 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
   }
   if (o.kvType === "q8_0") {
     // llama_init_from_model: "quantized V cache requires flash_attn to be enabled".
-    if (o.flashAttn !== true) c.fail("kvType", o.kvType, `"f16", "f32" (q8_0 needs flashAttn: true)`);
+    if (o.flashAttn !== true) {
+      c.fail("kvType", o.kvType, `"f16", "f32" (q8_0 needs flashAttn: true)`);
+    }
     const dims = [hp.headDimK, hp.headDimV];
     if (dims.some((d) => d % 32 !== 0)) {
       c.fail("kvType", o.kvType, `"f16", "f32" (head sizes ${dims} are not multiples of 32)`);
