@@ -18,11 +18,15 @@
  * logit difference of each part is printed.
  */
 import assert from "node:assert/strict";
+import { join } from "node:path";
 import { Model } from "../lib/model/model.ts";
+import { writeRandomLlama } from "../lib/model/random.ts";
+import { OptionError } from "../lib/options.ts";
+import { writeRandomBert } from "./archs/bert.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { loadOracle, maxAbsDiff, nearTieStep, top2 } from "./oracle/oracle.ts";
 import { type OracleBatch, OracleBatchContext } from "./oracle/oracle_batch.ts";
-import { TOLSTOY_F16 } from "./oracle/models.ts";
+import { TOLSTOY_F16, TOLSTOY_F32 } from "./oracle/models.ts";
 import { loadOracleFlashAttn } from "./oracle/oracle_fa.ts";
 import { parityGate } from "./parity_util.ts";
 import { mulberry32 } from "./rng.ts";
@@ -30,7 +34,9 @@ import { mulberry32 } from "./rng.ts";
 const TOL = 1e-4;
 const KV_GGML = { f16: 1, q8_0: 8 } as const;
 type Kv = keyof typeof KV_GGML;
-const THREADS = 2;
+// One thread each: with nKv <= 256 no path depends on the count, and the
+// oracle's spinning threads would compete with ours on small machines.
+const THREADS = 1;
 
 const oracle = await loadOracle();
 const gate = parityGate(oracle.cpu);
@@ -148,8 +154,8 @@ for (const kv of ["f16", "q8_0"] as const) {
   for (const nBatch of [32, 128]) {
     Deno.test(`flash attention, ${kv} cache: greedy after a prompt in ${nBatch}-token batches`, async () => {
       using b = await open(kv, nBatch);
-      const prompt = tokens(11 + nBatch, 150, b.om.nVocab);
-      const [upto, worst] = await greedy(b, `${kv}/${nBatch}`, prompt, 0, nBatch, 40);
+      const prompt = tokens(11 + nBatch, 100, b.om.nVocab);
+      const [upto, worst] = await greedy(b, `${kv}/${nBatch}`, prompt, 0, nBatch, 24);
       console.log(
         `flash ${kv}, nBatch ${nBatch}: ${upto} greedy steps before llama.cpp's first near-tie, ` +
           `max |diff| ${fmt(worst)}`,
@@ -292,11 +298,63 @@ Deno.test("flash attention, q8_0 cache: the K-shift equals ggml's cast + rope + 
   if (EXACT) assert.equal(cellsDiffering, 0);
 });
 
-Deno.test("kvType q8_0 without flashAttn is refused, naming flashAttn", async () => {
-  using model = await Model.load(TOLSTOY_F16);
-  await assert.rejects(
-    () => Context.create(model, { nCtx: 256, kvType: "q8_0" }),
-    (e: Error) =>
-      e.name === "OptionError" && /kvType/.test(e.message) && /flashAttn/.test(e.message),
-  );
+Deno.test("flashAttn and kvType: refusals are OptionErrors naming the option and the reason", async () => {
+  const dir = Deno.makeTempDirSync({ prefix: "llm-edge-fa-" });
+  try {
+    const head64 = join(dir, "llama-head64.gguf"), bert = join(dir, "bert.gguf");
+    await writeRandomLlama(head64, {
+      nEmbd: 128,
+      nHead: 2,
+      nHeadKv: 2,
+      nFF: 256,
+      nLayer: 1,
+      type: "f32",
+      tokenizerFrom: TOLSTOY_F32,
+    });
+    await writeRandomBert(bert, { type: "f32" });
+    using tolstoy = await Model.load(TOLSTOY_F16);
+    using big = await Model.load(head64);
+    using enc = await Model.load(bert);
+    const cases: [Model, Record<string, unknown>, string, RegExp][] = [
+      // llama.cpp refuses a quantized V cache without flash attention
+      [tolstoy, { kvType: "q8_0" }, "kvType", /needs flashAttn: true/],
+      [tolstoy, { kvType: "q8_0", flashAttn: false }, "kvType", /needs flashAttn: true/],
+      [tolstoy, { kvType: "q4_0", flashAttn: true }, "kvType", /"q8_0"/],
+      [tolstoy, { flashAttn: "yes" }, "flashAttn", /true or false/],
+      // llama.cpp rotates q8_0 caches of head size 64 (attn_rot_k/v), which we do not
+      [big, { kvType: "q8_0", flashAttn: true }, "kvType", /Hadamard/],
+      [enc, { flashAttn: true }, "flashAttn", /no KV cache/],
+    ];
+    for (const [m, opts, option, why] of cases) {
+      await assert.rejects(
+        () => Context.create(m, { nCtx: 256, ...opts }),
+        (e: Error) =>
+          e instanceof OptionError && e.option === option && why.test(e.message) &&
+          !e.message.includes("\n"),
+        `${JSON.stringify(opts)}`,
+      );
+    }
+    // head size 64 with an f16 cache is fine with flash attention
+    using ok = await Context.create(big, { nCtx: 256, flashAttn: true, threads: 1 });
+    assert.equal((await ok.decode([1, 2, 3])).logits.length, 1);
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
 });
+
+// The reference computes softmax(q·k)·v in float64; the C kernel follows
+// ggml, whose one-row path accumulates an F16 V in f16 (ggml_vec_mad_f16),
+// hence the looser bound for the f16 cache.
+for (const [kvType, tol] of [["f16", 5e-3], ["q8_0", 1e-3]] as const) {
+  Deno.test(`flash attention on the reference backend agrees with the CPU backend (${kvType} cache)`, async () => {
+    using model = await Model.load(TOLSTOY_F32);
+    const opts = { nCtx: 256, nBatch: 16, kvType, flashAttn: true, threads: 1 } as const;
+    using cpuCtx = await Context.create(model, opts);
+    using refCtx = await Context.create(model, { ...opts, backend: "ref" });
+    const prompt = tokens(5, 24, model.hparams.nVocab);
+    const [a, b] = [await cpuCtx.decode(prompt), await refCtx.decode(prompt)];
+    const d = maxAbsDiff(a.logits[0], b.logits[0]);
+    console.log(`flash ${kvType}: cpu vs reference max |diff| ${fmt(d)}`);
+    assert.ok(d < tol, `cpu vs reference logits differ by ${d}`);
+  });
+}
