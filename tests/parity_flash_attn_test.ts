@@ -230,6 +230,20 @@ for (const kv of ["f16", "q8_0"] as const) {
   }
 }
 
+// A one-token decode over >= 512 cells takes ggml's split-KV path, whose
+// partial sums depend on the thread count: both engines run 2 threads here.
+Deno.test("flash attention, f16 cache: decode steps over 768 cells (ggml's split-KV path, 2 threads)", async () => {
+  using om = oracle.load(TOLSTOY_F16);
+  const opts = { nCtx: 1024, nBatch: 512, threads: 2 };
+  using oc = await OracleBatchContext.create(om, { ...opts, typeK: 1, typeV: 1, flashAttn: true });
+  using model = await Model.load(TOLSTOY_F16);
+  using ctx = await Context.create(model, { ...opts, kvType: "f16", flashAttn: true });
+  const b = { om, oc, ctx } as unknown as Both;
+  const prompt = tokens(3, 520, om.nVocab);
+  const [upto, worst] = await greedy(b, "f16 split", prompt, 0, 512, 6);
+  console.log(`flash f16, 520 cached tokens: ${upto} greedy steps, max |diff| ${fmt(worst)}`);
+});
+
 // llama.cpp cannot K-shift a quantized cache at this revision when its
 // Hadamard rotation is off (head sizes not divisible by 64, tolstoy's 32):
 // build_rope_shift passes the missing rotation matrix (k_rot = NULL) to
