@@ -32,7 +32,7 @@ import { parityGate } from "./parity_util.ts";
 import { mulberry32 } from "./rng.ts";
 
 const TOL = 1e-4;
-const KV_GGML = { f16: 1, q8_0: 8 } as const;
+const KV_GGML = { f16: 1, f32: 0, q8_0: 8 } as const;
 type Kv = keyof typeof KV_GGML;
 // One thread each: with nKv <= 256 no path depends on the count, and the
 // oracle's spinning threads would compete with ours on small machines.
@@ -203,6 +203,13 @@ for (const kv of ["f16", "q8_0"] as const) {
   });
 
   if (kv === "f16") {
+    // build_attn_mha casts an F32 cache's K and V views to F16 for flash attention.
+    Deno.test("flash attention, f32 cache: greedy after a prompt in 32-token batches", async () => {
+      using b = await open("f32", 32);
+      const [upto, worst] = await greedy(b, "f32/32", tokens(43, 100, b.om.nVocab), 0, 32, 24);
+      console.log(`flash f32, nBatch 32: ${upto} greedy steps, max |diff| ${fmt(worst)}`);
+    });
+
     Deno.test(`flash attention, f16 cache: K-shift (seqRm + seqAdd) then greedy`, async () => {
       using b = await open(kv, 64);
       const prompt = tokens(7, 90, b.om.nVocab);

@@ -240,8 +240,10 @@ export class GraphBuilder {
       // build_attn_mha's flash path: one op over the cache views (V not
       // transposed), F32 accumulation; its [headDimV, nHead, n] result is
       // already the merged heads.
+      // An F32 cache is cast to F16 first, as llama.cpp does.
+      const f16 = (t: Tensor) => t.type === GGMLType.F32 ? g.cast(t, GGMLType.F16) : t;
       const fa = this.cb(
-        g.flashAttnExt(qh, kAll, vAll, { mask: this.mask, scale: kqScale }),
+        g.flashAttnExt(qh, f16(kAll), f16(vAll), { mask: this.mask, scale: kqScale }),
         "fattn",
         il,
       );
