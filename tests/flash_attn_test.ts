@@ -308,3 +308,34 @@ Deno.test("flash_attn_ext: the C kernel agrees with the float64 reference", asyn
     }
   }
 });
+
+Deno.test("hadamard: the C kernel equals the float reference bit for bit; applied twice it is the identity", async () => {
+  using cpu = new CpuBackend({ threads: 2, library: lib });
+  const ref = new ReferenceBackend();
+  const r = rng(64);
+  for (const n of [2, 64, 128, 256]) {
+    const rows = 9;
+    const x = Float32Array.from({ length: n * rows }, () => (r() * 2 - 1) * 3);
+    const run = async (b: Backend, input: Float32Array) => {
+      const src = tensor(b, F32, [n, rows, 1, 1], new Uint8Array(input.slice().buffer));
+      const dst = tensor(b, F32, [n, rows, 1, 1], new Uint8Array(4 * n * rows));
+      const node: ExecNode = {
+        op: Op.HADAMARD,
+        dst,
+        src: [src],
+        params: new Int32Array(16),
+        name: "h",
+      };
+      await b.compute([node]);
+      const out = new Float32Array(dst.data.buffer.bytes.slice(0, 4 * n * rows).buffer);
+      b.free(src.data.buffer), b.free(dst.data.buffer);
+      return out;
+    };
+    const got = await run(cpu, x);
+    assert.equal(firstDiff(got, await run(ref, x)), "", `n ${n}`);
+    const back = await run(cpu, got);
+    for (let i = 0; i < x.length; i++) {
+      assert.ok(Math.abs(back[i] - x[i]) < 1e-5, `n ${n}: H·H ≠ I`);
+    }
+  }
+});

@@ -49,6 +49,9 @@ enum le_op {
                               * src2 v [D, nKv, nHeadKv] (F16/F32/Q8_0, not transposed),
                               * src3 optional F16 mask [nKv, >= n]; dst F32 [Dv, nHead, n];
                               * params f32 scale, max_bias, softcap (0) */
+  LE_OP_HADAMARD = 16, /* rows of ne0 (a power of 2) times the orthonormal Walsh-Hadamard
+                        * matrix: ggml's fast path of a mul_mat hinted
+                        * GGML_HINT_SRC0_IS_HADAMARD (ggml_compute_forward_fwht) */
   LE_OP_COUNT
 };
 

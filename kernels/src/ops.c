@@ -289,6 +289,31 @@ static void op_rope(const le_node *n, const le_compute_params *p) {
   END_ROWS
 }
 
+/* ---- hadamard (ggml_compute_forward_fwht) ---- */
+/* Each row times the orthonormal Walsh-Hadamard matrix: scaled by
+ * 1/sqrt(n) first, then butterflies of growing span. Sums and differences
+ * of two floats round the same whatever the vector width (ggml's SIMD
+ * passes compute u - v as fma(v, -1, u)), so every level is one loop. */
+static void op_hadamard(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *d = &n->dst;
+  const int64_t ne0 = d->ne[0];
+  const float scale = 1.0f / sqrtf((float)ne0);
+  FOR_MY_ROWS(d, p)
+  const float *x = (const float *)ROW(s0, i1, i2, i3);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  for (int64_t j = 0; j < ne0; j++) y[j] = x[j] * scale;
+  for (int64_t len = 1; len < ne0; len <<= 1) {
+    for (int64_t i = 0; i < ne0; i += 2 * len) {
+      for (int64_t j = 0; j < len; j++) {
+        const float u = y[i + j], v = y[i + len + j];
+        y[i + j] = u + v;
+        y[i + len + j] = u - v;
+      }
+    }
+  }
+  END_ROWS
+}
+
 /* ---- cpy ---- */
 static void op_cpy(const le_node *n, const le_compute_params *p) {
   const le_tensor *s = &n->src[0], *d = &n->dst;
@@ -368,6 +393,7 @@ static const int8_t min_src[LE_OP_COUNT] = {
     [LE_OP_MUL_MAT] = 2,  [LE_OP_ROPE] = 2,     [LE_OP_SOFT_MAX] = 1, [LE_OP_SILU] = 1,
     [LE_OP_SWIGLU] = 2,   [LE_OP_CPY] = 1,      [LE_OP_SCALE] = 1, [LE_OP_NORM] = 1,
     [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,      [LE_OP_FLASH_ATTN_EXT] = 3,
+    [LE_OP_HADAMARD] = 1,
 };
 
 int le_node_check(const le_node *n) {
@@ -417,6 +443,7 @@ void le_node_compute(const le_node *n, const le_compute_params *p) {
     case LE_OP_CPY: op_cpy(n, p); break;
     case LE_OP_MUL_MAT: le_mul_mat(n, p); break;
     case LE_OP_FLASH_ATTN_EXT: le_flash_attn(n, p); break;
+    case LE_OP_HADAMARD: op_hadamard(n, p); break;
     default: break;
   }
 }

@@ -366,6 +366,21 @@ export function referenceCompute(n: ExecNode): void {
       return cpy(n);
     case Op.FLASH_ATTN_EXT:
       return flashAttnExt(n);
+    case Op.HADAMARD:
+      return unaryRows(n, (x) => {
+        // ggml_compute_forward_fwht in float: each sum and difference rounded
+        const fr = Math.fround, len0 = x.length, s = fr(1 / fr(Math.sqrt(len0)));
+        for (let j = 0; j < len0; j++) x[j] = fr(x[j] * s);
+        for (let len = 1; len < len0; len <<= 1) {
+          for (let i = 0; i < len0; i += 2 * len) {
+            for (let j = 0; j < len; j++) {
+              const u = x[i + j], v = x[i + len + j];
+              x[i + j] = fr(u + v);
+              x[i + len + j] = fr(u - v);
+            }
+          }
+        }
+      });
     default:
       throw new RangeError(`reference backend: op ${n.op} not implemented`);
   }

@@ -317,6 +317,25 @@ export class Graph {
     return this.#ruled("flashAttnExt", t);
   }
 
+  /**
+   * x times the orthonormal n×n Walsh-Hadamard matrix in blocks of n
+   * elements (llama_mul_mat_hadamard: a mul_mat that ggml-cpu runs as a fast
+   * transform); same shape as x. n is a power of 2 dividing x's element count.
+   */
+  hadamard(x: Tensor, n: number): Tensor {
+    this.#check(x);
+    const total = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3];
+    if (!(Number.isInteger(n) && n >= 2 && (n & (n - 1)) === 0 && total % n === 0)) {
+      throw new GraphError(`hadamard: block ${n} must be a power of 2 dividing ${x.describe()}`);
+    }
+    const rows = x.isContiguous ? this.reshape(x, [n, total / n]) : this.cont(x, [n, total / n]);
+    const h = this.#ruled(
+      "hadamard",
+      this.#op(Op.HADAMARD, "hadamard", x.type, [...rows.ne] as Dims, [rows]),
+    );
+    return this.reshape(h, [...x.ne]);
+  }
+
   #unary(op: Op, what: string, x: Tensor): Tensor {
     this.#check(x);
     return this.#ruled(what, this.#op(op, what, x.type, [...x.ne] as Dims, [x]));

@@ -30,6 +30,7 @@ export const Op = {
   GELU: 13,
   GEGLU: 14,
   FLASH_ATTN_EXT: 15,
+  HADAMARD: 16,
 } as const;
 
 /** A graph op code. */
@@ -269,6 +270,16 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
   [Op.SCALE]: UNARY,
   [Op.NORM]: UNARY,
   [Op.GELU]: UNARY,
+  [Op.HADAMARD]: {
+    src: [1, 1],
+    types: UNARY.types,
+    layout(d, [a], params) {
+      const base = UNARY.layout!(d, [a], params);
+      if (base) return base;
+      const n = a.ne[0];
+      if (!(n >= 2 && (n & (n - 1)) === 0)) return `row length ${n} must be a power of 2`;
+    },
+  },
   [Op.FLASH_ATTN_EXT]: {
     src: [3, 4],
     types: (d, [q, k, v, m]) =>

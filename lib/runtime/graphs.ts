@@ -8,7 +8,7 @@ import { Graph, type Tensor } from "../graph/graph.ts";
 import { GGMLType, ggmlTypeInfo } from "../ggml/types.ts";
 import type { Ubatch } from "../kv/batch.ts";
 import type { KvCache } from "../kv/cache.ts";
-import { GraphBuilder } from "../model/arch/builder.ts";
+import { cacheRotation, GraphBuilder } from "../model/arch/builder.ts";
 import type { ArchGraph, Step } from "../model/arch/types.ts";
 import type { Model } from "../model/model.ts";
 import { WeightLeaves } from "../model/weights.ts";
@@ -73,14 +73,19 @@ export function buildShiftGraph(model: Model, kv: KvCache): ShiftGraph {
   const ref = model.arch.ropeFactors?.(model.weights, hp, kv.size);
   const rope = { ...hp.rope, inplace: true, freqFactors: ref ? leaves.get(ref) : undefined };
   const quantized = ggmlTypeInfo(kv.typeK)!.blockSize > 1;
+  const rot = cacheRotation(kv, hp);
   for (let il = 0; il < kv.nLayer; il++) {
     g.setLayer(il);
     const k = kv.kShiftView(g, il, hp.rope.nDims);
     if (quantized) {
-      // build_rope_shift: dequantize to f32, rope, quantize back (no Hadamard
-      // rotation: q8_0 caches are refused for head sizes where llama.cpp has one).
-      const f = g.cast(k, GGMLType.F32);
-      g.expand(g.cpy(g.rope(f, shift, { ...rope, inplace: false }), k));
+      // build_rope_shift: dequantize to f32, rope, quantize back.
+      // With llama.cpp's Hadamard rotation of the cache (an orthonormal,
+      // symmetric matrix): rotated back before the rope and again after.
+      let f = g.cast(k, GGMLType.F32);
+      if (rot.k) f = g.hadamard(f, rot.k);
+      f = g.rope(f, shift, { ...rope, inplace: false });
+      if (rot.k) f = g.hadamard(f, rot.k);
+      g.expand(g.cpy(f, k));
     } else {
       g.expand(g.rope(k, shift, rope));
     }

@@ -47,9 +47,9 @@ export interface ContextOptions {
   /**
    * KV cache element type (K and V). Default "f16" (llama.cpp's default).
    * "q8_0" needs {@link ContextOptions.flashAttn} (llama.cpp stores a
-   * quantized V cache only with flash attention) and a head size that is a
-   * multiple of 32 but not of 64 (llama.cpp rotates q8_0 keys and values of
-   * head sizes divisible by 64 with a Hadamard matrix, not implemented).
+   * quantized V cache only with flash attention) and head sizes that are
+   * multiples of 32; with head sizes divisible by 64 the cache holds keys
+   * and values times a Walsh-Hadamard matrix, as llama.cpp's.
    */
   kvType?: "f16" | "f32" | "q8_0";
   /**
@@ -168,15 +168,6 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
     const dims = [hp.headDimK, hp.headDimV];
     if (dims.some((d) => d % 32 !== 0)) {
       c.fail("kvType", o.kvType, `"f16", "f32" (head sizes ${dims} are not multiples of 32)`);
-    }
-    // llama_kv_cache: attn_rot_k/attn_rot_v for quantized caches and head sizes % 64 == 0.
-    if (dims.some((d) => d % 64 === 0)) {
-      c.fail(
-        "kvType",
-        o.kvType,
-        `"f16", "f32" (head sizes ${dims}: llama.cpp's Hadamard rotation of q8_0 caches with ` +
-          `head sizes divisible by 64 is not implemented)`,
-      );
     }
   }
   const b = o.backend as unknown;

@@ -10,7 +10,7 @@
  * @module
  */
 import type { Graph, Tensor } from "../../graph/graph.ts";
-import { GGMLType } from "../../ggml/types.ts";
+import { GGMLType, ggmlTypeInfo } from "../../ggml/types.ts";
 import type { KvCache } from "../../kv/cache.ts";
 import type { HParams } from "../hparams.ts";
 import type { WeightLeaves, WeightRef } from "../weights.ts";
@@ -59,6 +59,24 @@ export interface FfnWeights {
   readonly down: WeightRef;
   /** Down bias. */
   readonly downB?: WeightRef;
+}
+
+/**
+ * llama_kv_cache's attn_rot_k / attn_rot_v: a quantized cache of head size
+ * divisible by 64 stores keys and values multiplied by an orthonormal
+ * Walsh-Hadamard matrix (queries too, and the attention output is rotated
+ * back): blocks of the largest power of 2 dividing the key head size, and of
+ * 64 for values. 0: no rotation.
+ */
+export function cacheRotation(kv: KvCache | null, hp: HParams): { k: number; v: number } {
+  if (!kv) return { k: 0, v: 0 };
+  const quantized = (t: number) => ggmlTypeInfo(t)!.blockSize > 1;
+  let k = 0;
+  if (quantized(kv.typeK) && hp.headDimK % 64 === 0) {
+    k = 64;
+    while (hp.headDimK % (2 * k) === 0) k *= 2;
+  }
+  return { k, v: quantized(kv.typeV) && hp.headDimV % 64 === 0 ? 64 : 0 };
 }
 
 /** Builds one micro-batch's graph for an architecture; see the module doc. */
@@ -217,7 +235,10 @@ export class GraphBuilder {
     const g = this.g;
     const n = this.step.nTokens;
     const { nHead, headDimV } = this.hp;
-    const { q, k, v } = qkv;
+    let { q, k, v } = qkv;
+    const rot = cacheRotation(this.kv, this.hp);
+    if (rot.k) q = g.hadamard(q, rot.k), k = g.hadamard(k, rot.k);
+    if (rot.v) v = g.hadamard(v, rot.v);
     let kAll: Tensor, vAll: Tensor;
     if (this.kv) {
       // rope(k) with the V store, then rope(q) with the K store (in this
@@ -247,7 +268,8 @@ export class GraphBuilder {
         "fattn",
         il,
       );
-      const merged = this.cb(g.reshape(fa, [headDimV * nHead, n]), "kqv_out", il);
+      let merged = this.cb(g.reshape(fa, [headDimV * nHead, n]), "kqv_out", il);
+      if (rot.v) merged = g.hadamard(merged, rot.v); // back from the rotated values
       return this.cb(this.bias(g.mulMat(this.w(wo), merged), bo), "attn_out", il);
     }
     let kq = this.cb(g.mulMat(kAll, qh), "kq", il); // [nKv, n, nHead]
