@@ -95,7 +95,60 @@ static inline float *fa_dst_row(const le_node *n, int64_t iq1, int64_t iq2, int6
                    (iq3 * d->ne[2] * d->ne[1] + iq2 + iq1 * d->ne[1]) * d->nb[1]);
 }
 
-/* ---- ggml_vec_* helpers, element-wise (their SIMD lanes are independent) ---- */
+/* ---- ggml_vec_* helpers, element-wise (their SIMD lanes are independent) ----
+ * The FMA levels run the AVX2 bodies (the AVX-512 level too: per element the
+ * same fma and the same round-to-nearest f16 conversion as ggml's 16-wide
+ * code and its fused leftovers). */
+#if defined(LE_X86)
+LE_TARGET_AVX2 static void fa_mad_f32_avx2(int64_t n, float *y, const float *x, float v) {
+  const __m256 vv = _mm256_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] = fmaf(x[i], v, y[i]);
+}
+LE_TARGET_AVX2 static void fa_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x, float v) {
+  const __m256 vv = _mm256_set1_ps(v);
+  int64_t i = 0;
+#define FA_LD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(y + i),
+                     _mm256_cvtps_ph(_mm256_fmadd_ps(FA_LD(x + i), vv, FA_LD(y + i)), 0));
+#undef FA_LD
+  for (; i < n; i++)
+    y[i] = le_fp32_to_fp16(fmaf(le_fp16_to_fp32(x[i]), v, le_fp16_to_fp32(y[i])));
+}
+/* kq[tk] (tk < 64) = fma chain over dk of Kt[dk][tk] * q[dk], from 0 */
+LE_TARGET_AVX2 static void fa_kq_tile_avx2(int64_t DK, const float *Kt, const float *q, float *kq) {
+  __m256 a[8];
+  for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+  for (int64_t dk = 0; dk < DK; dk++) {
+    const __m256 qv = _mm256_set1_ps(q[dk]);
+    const float *kr = Kt + dk * 64;
+    for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 8 * j), qv, a[j]);
+  }
+  for (int j = 0; j < 8; j++) _mm256_storeu_ps(kq + 8 * j, a[j]);
+}
+/* acc[d] = fma chain over tk < 64 of Vt[tk][d] * w[tk], from acc[d] (DV % 8 == 0) */
+LE_TARGET_AVX2 static void fa_vacc_tile_avx2(int64_t DV, const float *Vt, const float *w, float *acc) {
+  for (int64_t d = 0; d < DV; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    for (int tk = 0; tk < 64; tk++)
+      a = _mm256_fmadd_ps(_mm256_loadu_ps(Vt + tk * DV + d), _mm256_set1_ps(w[tk]), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
+}
+#endif
+
+static inline int fa_use_avx2(int fused) {
+#if defined(LE_X86)
+  return fused && (le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512);
+#else
+  (void)fused;
+  return 0;
+#endif
+}
+
 static void fa_scale_f32(int64_t n, float *y, float v) {
   for (int64_t i = 0; i < n; i++) y[i] *= v;
 }
@@ -103,20 +156,58 @@ static void fa_scale_f16(int64_t n, uint16_t *y, float v) {
   for (int64_t i = 0; i < n; i++) y[i] = le_fp32_to_fp16(le_fp16_to_fp32(y[i]) * v);
 }
 static void fa_mad_f32(int64_t n, float *y, const float *x, float v, int fused) {
+#if defined(LE_X86)
+  if (fa_use_avx2(fused)) {
+    fa_mad_f32_avx2(n, y, x, v);
+    return;
+  }
+#endif
   for (int64_t i = 0; i < n; i++) y[i] = fa_fma(x[i], v, y[i], fused);
 }
 static void fa_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float v, int fused) {
+#if defined(LE_X86)
+  if (fa_use_avx2(fused)) {
+    fa_mad_f16_avx2(n, y, x, v);
+    return;
+  }
+#endif
   for (int64_t i = 0; i < n; i++)
     y[i] = le_fp32_to_fp16(fa_fma(le_fp16_to_fp32(x[i]), v, le_fp16_to_fp32(y[i]), fused));
+}
+static void fa_kq_tile(int64_t DK, const float *Kt, const float *q, float *kq, int fused) {
+#if defined(LE_X86)
+  if (fa_use_avx2(fused)) {
+    fa_kq_tile_avx2(DK, Kt, q, kq);
+    return;
+  }
+#endif
+  for (int tk = 0; tk < 64; tk++) {
+    float acc = 0.0f;
+    for (int64_t dk = 0; dk < DK; dk++) acc = fa_fma(Kt[dk * 64 + tk], q[dk], acc, fused);
+    kq[tk] = acc;
+  }
+}
+static void fa_vacc_tile(int64_t DV, const float *Vt, const float *w, float *acc, int fused) {
+#if defined(LE_X86)
+  if (fa_use_avx2(fused) && DV % 8 == 0) {
+    fa_vacc_tile_avx2(DV, Vt, w, acc);
+    return;
+  }
+#endif
+  for (int64_t d = 0; d < DV; d++) {
+    float a = acc[d];
+    for (int tk = 0; tk < 64; tk++) a = fa_fma(Vt[tk * DV + d], w[tk], a, fused);
+    acc[d] = a;
+  }
 }
 
 /* Bytes of one thread's scratch. */
 static size_t fa_thread_bytes(const le_node *n) {
   const int64_t DK = n->src[1].ne[0], DV = n->src[2].ne[0];
   /* one-row path: Q converted (<= DK floats), VKQ32, V32 / VKQ16;
-   * tiled path: Q row, KQ, mask, VKQ32, K and V tiles. */
+   * tiled path (a Q tile of 64 rows): Q, KQ, mask, VKQ, M and S, K and V tiles. */
   const int64_t row = DK + 2 * DV;
-  const int64_t tiled = DK + 2 * FA_TILE_KV + DV + FA_TILE_KV * (DK + DV);
+  const int64_t tiled = FA_TILE_Q * (DK + 2 * FA_TILE_KV + DV + 2) + FA_TILE_KV * (DK + DV);
   return (size_t)(LE_MAX(row, tiled) + 16) * 4;
 }
 
@@ -219,8 +310,11 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   memcpy(fa_dst_row(n, iq1, iq2, iq3), VKQ32, (size_t)DV * 4);
 }
 
-/* ggml_compute_forward_flash_attn_ext_tiled, one query row of a Q tile. */
-static void fa_tiled_row(const le_node *n, const fa_shape *s, int64_t ir, float *work) {
+/* ggml_compute_forward_flash_attn_ext_tiled for rows [ir, ir + nr) of one
+ * head (consecutive query tokens, nr <= 64): K and V tiles are widened once
+ * for the block, each row keeps its own online softmax. */
+static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int64_t nr,
+                           float *work) {
   const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
   const int64_t DK = s->DK, DV = s->DV, nek1 = s->nek1;
   const int64_t iq3 = ir / (s->neq2 * s->N);
@@ -230,78 +324,93 @@ static void fa_tiled_row(const le_node *n, const fa_shape *s, int64_t ir, float 
   const int fused = s->fused;
   const int kv_f16 = k->type == LE_TYPE_F16;
 
-  float *Qf = work;
-  float *KQ = Qf + DK;
-  float *mask32 = KQ + FA_TILE_KV;
-  float *VKQ32 = mask32 + FA_TILE_KV;
-  float *Kt = VKQ32 + DV;        /* [FA_TILE_KV][DK] */
-  float *Vt = Kt + FA_TILE_KV * DK; /* [FA_TILE_KV][DV] */
+  float *Qf = work;                        /* [64][DK] */
+  float *KQ = Qf + FA_TILE_Q * DK;         /* [64][64] */
+  float *mask32 = KQ + FA_TILE_Q * FA_TILE_KV;
+  float *VKQ = mask32 + FA_TILE_Q * FA_TILE_KV; /* [64][DV] */
+  float *M = VKQ + FA_TILE_Q * DV, *S = M + FA_TILE_Q;
+  float *Kt = S + FA_TILE_Q;               /* [DK][64] */
+  float *Vt = Kt + FA_TILE_KV * DK;        /* [64][DV] */
 
-  const uint16_t *mp = fa_mask_row(n, iq1, iq2, iq3);
   const int64_t ik2 = iq2 / s->rk2, ik3 = iq3 / s->rk3;
   const int64_t iv2 = iq2 / s->rv2, iv3 = iq3 / s->rv3;
-  memcpy(Qf, fa_at(q, iq1, iq2, iq3), (size_t)DK * 4);
-  memset(VKQ32, 0, (size_t)DV * 4);
-  float S = 0.0f, M = -INFINITY;
+  const uint16_t *mp[FA_TILE_Q];
+  for (int64_t t = 0; t < nr; t++) {
+    memcpy(Qf + t * DK, fa_at(q, iq1 + t, iq2, iq3), (size_t)DK * 4);
+    mp[t] = fa_mask_row(n, iq1 + t, iq2, iq3);
+    M[t] = -INFINITY, S[t] = 0.0f;
+  }
+  memset(VKQ, 0, (size_t)(nr * DV) * 4);
+  memset(Kt, 0, (size_t)(FA_TILE_KV * DK) * 4);
 
   for (int64_t ic = 0; ic < nek1; ic += FA_TILE_KV) {
     const int kv_tile = (int)LE_MIN((int64_t)FA_TILE_KV, nek1 - ic);
-    if (mp) {
-      int all_masked = 1;
-      for (int tk = 0; tk < kv_tile; tk++) {
-        mask32[tk] = slope * le_fp16_to_fp32(mp[ic + tk]);
-        if (mask32[tk] != -INFINITY) all_masked = 0;
+    /* per row: its mask over the tile, and whether the tile adds anything
+     * to it (ggml skips a tile masked for every row of its Q tile, and zeroes
+     * the weights of a row it masks completely: the same sums) */
+    uint8_t live[FA_TILE_Q];
+    int any = 0;
+    for (int64_t t = 0; t < nr; t++) {
+      float *m = mask32 + t * FA_TILE_KV;
+      live[t] = 1;
+      if (mp[t]) {
+        int all_masked = 1;
+        for (int tk = 0; tk < kv_tile; tk++) {
+          m[tk] = slope * le_fp16_to_fp32(mp[t][ic + tk]);
+          if (m[tk] != -INFINITY) all_masked = 0;
+        }
+        for (int tk = kv_tile; tk < FA_TILE_KV; tk++) m[tk] = -INFINITY;
+        live[t] = !all_masked;
       }
-      /* a tile masked for this row adds nothing (ggml skips it, or zeroes
-       * the row's weights when other rows of the Q tile need it) */
-      if (all_masked) continue;
-      for (int tk = kv_tile; tk < FA_TILE_KV; tk++) mask32[tk] = -INFINITY;
+      any |= live[t];
     }
+    if (!any) continue;
     for (int tk = 0; tk < kv_tile; tk++) {
       const char *kr = fa_at(k, ic + tk, ik2, ik3);
-      float *kf = Kt + tk * DK;
-      if (kv_f16) le_fp16_to_fp32_row((const uint16_t *)kr, kf, DK);
-      else memcpy(kf, kr, (size_t)DK * 4);
-      /* simd_gemm: C starts at 0, one fma per dk in order */
-      float acc = 0.0f;
-      for (int64_t dk = 0; dk < DK; dk++) acc = fa_fma(kf[dk], Qf[dk], acc, fused);
-      KQ[tk] = acc * s->scale;
-    }
-    for (int tk = kv_tile; tk < FA_TILE_KV; tk++) KQ[tk] = -INFINITY;
-    if (mp)
-      for (int tk = 0; tk < FA_TILE_KV; tk++) KQ[tk] = KQ[tk] + mask32[tk];
-
-    float tile_max = -INFINITY;
-    for (int tk = 0; tk < FA_TILE_KV; tk++) tile_max = LE_MAX(tile_max, KQ[tk]);
-    if (tile_max == -INFINITY) continue;
-    const float Mold = M;
-    const float Mnew = fmaxf(Mold, tile_max);
-    if (Mnew > Mold) {
-      const float ms = expf(Mold - Mnew);
-      fa_scale_f32(DV, VKQ32, ms);
-      S *= ms;
-    }
-    M = Mnew;
-    S += le_vec_soft_max_f32(FA_TILE_KV, KQ, KQ, Mnew); /* float += double */
-
-    for (int tk = 0; tk < kv_tile; tk++) {
+      if (kv_f16) {
+        const uint16_t *kh = (const uint16_t *)kr;
+        for (int64_t dk = 0; dk < DK; dk++) Kt[dk * FA_TILE_KV + tk] = le_fp16_to_fp32(kh[dk]);
+      } else {
+        const float *kf = (const float *)kr;
+        for (int64_t dk = 0; dk < DK; dk++) Kt[dk * FA_TILE_KV + tk] = kf[dk];
+      }
       const char *vr = fa_at(v, ic + tk, iv2, iv3);
       if (kv_f16) le_fp16_to_fp32_row((const uint16_t *)vr, Vt + tk * DV, DV);
       else memcpy(Vt + tk * DV, vr, (size_t)DV * 4);
     }
-    /* simd_gemm over the whole tile: padded cells have weight 0 */
-    for (int64_t d = 0; d < DV; d++) {
-      float acc = VKQ32[d];
-      for (int tk = 0; tk < FA_TILE_KV; tk++) {
-        const float vv = tk < kv_tile ? Vt[tk * DV + d] : 0.0f;
-        acc = fa_fma(vv, KQ[tk], acc, fused);
+    /* padded cells: weight 0 below, so any finite value will do */
+    for (int tk = kv_tile; tk < FA_TILE_KV; tk++) memset(Vt + tk * DV, 0, (size_t)DV * 4);
+
+    for (int64_t t = 0; t < nr; t++) {
+      if (!live[t]) continue;
+      float *kq = KQ + t * FA_TILE_KV;
+      fa_kq_tile(DK, Kt, Qf + t * DK, kq, fused); /* simd_gemm: fma chains from 0 */
+      for (int tk = 0; tk < FA_TILE_KV; tk++) kq[tk] *= s->scale;
+      for (int tk = kv_tile; tk < FA_TILE_KV; tk++) kq[tk] = -INFINITY;
+      if (mp[t]) {
+        const float *m = mask32 + t * FA_TILE_KV;
+        for (int tk = 0; tk < FA_TILE_KV; tk++) kq[tk] = kq[tk] + m[tk];
       }
-      VKQ32[d] = acc;
+      float tile_max = -INFINITY;
+      for (int tk = 0; tk < FA_TILE_KV; tk++) tile_max = LE_MAX(tile_max, kq[tk]);
+      if (tile_max == -INFINITY) continue;
+      const float Mold = M[t];
+      const float Mnew = fmaxf(Mold, tile_max);
+      if (Mnew > Mold) {
+        const float ms = expf(Mold - Mnew);
+        fa_scale_f32(DV, VKQ + t * DV, ms);
+        S[t] *= ms;
+      }
+      M[t] = Mnew;
+      S[t] += le_vec_soft_max_f32(FA_TILE_KV, kq, kq, Mnew); /* float += double */
+      fa_vacc_tile(DV, Vt, kq, VKQ + t * DV, fused);        /* simd_gemm over the tile */
     }
   }
-  const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
-  fa_scale_f32(DV, VKQ32, S_inv);
-  memcpy(fa_dst_row(n, iq1, iq2, iq3), VKQ32, (size_t)DV * 4);
+  for (int64_t t = 0; t < nr; t++) {
+    const float S_inv = S[t] == 0.0f ? 0.0f : 1.0f / S[t];
+    fa_scale_f32(DV, VKQ + t * DV, S_inv);
+    memcpy(fa_dst_row(n, iq1 + t, iq2, iq3), VKQ + t * DV, (size_t)DV * 4);
+  }
 }
 
 /* ggml_flash_attn_ext_reduce_partials: heads ith, ith + nth, ... */
@@ -358,8 +467,15 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
   const int64_t nr = s.N * s.neq2 * s.neq3;
   const int64_t dr = (nr + p->nth - 1) / p->nth;
   const int64_t r0 = LE_MIN(dr * p->ith, nr), r1 = LE_MIN(r0 + dr, nr);
-  for (int64_t ir = r0; ir < r1; ir++) {
-    if (tiled) fa_tiled_row(n, &s, ir, work);
-    else fa_one_row(n, &s, ir, 0, s.nek1, work, NULL);
+  if (!tiled) {
+    for (int64_t ir = r0; ir < r1; ir++) fa_one_row(n, &s, ir, 0, s.nek1, work, NULL);
+    return;
+  }
+  /* blocks of up to 64 consecutive tokens of one head */
+  for (int64_t ir = r0; ir < r1;) {
+    const int64_t iq1 = ir % s.N;
+    const int64_t nr = LE_MIN((int64_t)FA_TILE_Q, LE_MIN(r1 - ir, s.N - iq1));
+    fa_tiled_block(n, &s, ir, nr, work);
+    ir += nr;
   }
 }
