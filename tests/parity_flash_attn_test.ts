@@ -16,7 +16,9 @@
  * - a decode over 768 cells (ggml's split-KV path, 2 threads);
  * - random llamas of head size 64 and 128 with a q8_0 cache, where
  *   llama.cpp rotates q, k and v by a Walsh-Hadamard matrix: greedy steps
- *   and a K-shift end to end.
+ *   and a K-shift end to end;
+ * - a random bert (no cache: k and v cast to F16): hidden states
+ *   (tests/oracle/oracle_embd.ts with flash attention on).
  *
  * Bit-identical where our SIMD level follows llama.cpp's CPU variant
  * (tests/parity_util.ts parityGate), within 1e-4 elsewhere; the largest
@@ -31,6 +33,7 @@ import { writeRandomBert } from "./archs/bert.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { loadOracle, maxAbsDiff, nearTieStep, top2 } from "./oracle/oracle.ts";
 import { type OracleBatch, OracleBatchContext } from "./oracle/oracle_batch.ts";
+import { OracleEmbdContext } from "./oracle/oracle_embd.ts";
 import { TOLSTOY_F16, TOLSTOY_F32 } from "./oracle/models.ts";
 import { loadOracleFlashAttn } from "./oracle/oracle_fa.ts";
 import { parityGate } from "./parity_util.ts";
@@ -305,6 +308,27 @@ for (const m of ROT_MODELS) {
   });
 }
 
+// Without a cache (bert) llama.cpp's flash path casts k and v to F16 and
+// masks with F16; the whole input is one micro-batch.
+Deno.test("flash attention without a cache: random bert hidden states", async () => {
+  const path = join(ROT_DIR, "bert.gguf");
+  await writeRandomBert(path, { type: "f32", nHeadKv: 2, nCtxTrain: 128 });
+  using om = oracle.load(path);
+  using oc = await OracleEmbdContext.create(om, { nCtx: 128, nBatch: 128, flashAttn: true });
+  using model = await Model.load(path);
+  using ctx = await Context.create(model, { threads: 1, flashAttn: true });
+  let worst = 0;
+  for (const n of [5, 70]) {
+    const ids = tokens(n, n, om.nVocab);
+    const want = oc.encode(ids);
+    const got = (await ctx.decode(ids, { allLogits: true })).embeddings!;
+    for (let i = 0; i < n; i++) {
+      worst = Math.max(worst, checkRow(`bert ${n}: ${i}`, got[i], want[i]));
+    }
+  }
+  console.log(`flash bert (no cache): max |diff| ${fmt(worst)}`);
+});
+
 // llama.cpp cannot K-shift a quantized cache at this revision when its
 // Hadamard rotation is off (head sizes not divisible by 64, tolstoy's 32):
 // build_rope_shift passes the missing rotation matrix (k_rot = NULL) to
@@ -376,7 +400,7 @@ Deno.test("flash attention, q8_0 cache: the K-shift equals ggml's cast + rope + 
 Deno.test("flashAttn and kvType: refusals are OptionErrors naming the option and the reason", async () => {
   const dir = Deno.makeTempDirSync({ prefix: "llm-edge-fa-" });
   try {
-    const head64 = join(dir, "llama-head64.gguf"), bert = join(dir, "bert.gguf");
+    const head64 = join(dir, "llama-head64.gguf");
     await writeRandomLlama(head64, {
       nEmbd: 128,
       nHead: 2,
@@ -386,17 +410,14 @@ Deno.test("flashAttn and kvType: refusals are OptionErrors naming the option and
       type: "f32",
       tokenizerFrom: TOLSTOY_F32,
     });
-    await writeRandomBert(bert, { type: "f32" });
     using tolstoy = await Model.load(TOLSTOY_F16);
     using big = await Model.load(head64);
-    using enc = await Model.load(bert);
     const cases: [Model, Record<string, unknown>, string, RegExp][] = [
       // llama.cpp refuses a quantized V cache without flash attention
       [tolstoy, { kvType: "q8_0" }, "kvType", /needs flashAttn: true/],
       [tolstoy, { kvType: "q8_0", flashAttn: false }, "kvType", /needs flashAttn: true/],
       [tolstoy, { kvType: "q4_0", flashAttn: true }, "kvType", /"q8_0"/],
       [tolstoy, { flashAttn: "yes" }, "flashAttn", /true or false/],
-      [enc, { flashAttn: true }, "flashAttn", /no KV cache/],
     ];
     for (const [m, opts, option, why] of cases) {
       await assert.rejects(

@@ -58,7 +58,7 @@ export type {
   DecodeResult,
   KvType,
 } from "./options.ts";
-import { OptionChecker, OptionError } from "../options.ts";
+import { OptionChecker } from "../options.ts";
 import type { MemoryOps } from "./lease.ts";
 import { dryBackend, memoryShortfall } from "./sizing.ts";
 
@@ -190,6 +190,7 @@ export class Context implements Disposable, AsyncDisposable {
       nUbatch: p.o.nUbatch,
       nSeqMax: p.o.nSeqMax,
       embeddings: p.o.embeddings,
+      flashAttn: p.o.flashAttn,
       closer: this.#closer.signal,
       isOpen: () => this.#state === "open",
     });
@@ -241,16 +242,6 @@ export class Context implements Disposable, AsyncDisposable {
     const backends = await openBackends(plan, options.threads, stack);
     const assign = layerAssignment(plan, backends);
     const hasKv = model.arch.memory === "kv";
-    if (o.flashAttn && !hasKv) {
-      throw new OptionError(
-        "Context.create",
-        "flashAttn",
-        true,
-        `false (${
-          model.arch.names[0]
-        } has no KV cache; flash attention is implemented over a cache)`,
-      );
-    }
     const cacheType = KV_GGML_TYPE[o.kvType];
     const newKv = (pick: (layer: number) => Backend) =>
       !hasKv ? null : new KvCache({
@@ -279,7 +270,7 @@ export class Context implements Disposable, AsyncDisposable {
         nKv: kv ? nCtx : n,
         slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
         embeddings: o.embeddings,
-      }).g;
+      }, o.flashAttn).g;
     // Measured first with stand-ins that allocate nothing: a context too big
     // for this machine fails here, before gigabytes are zero-filled (or the
     // kernel's OOM killer ends the process).

@@ -44,6 +44,8 @@ export interface DecoderParts {
   readonly nSeqMax: number;
   /** Outputs are hidden states. */
   readonly embeddings: boolean;
+  /** Flash attention (architectures without a cache; with one, the cache's layout says). */
+  readonly flashAttn?: boolean;
   /** Aborted when the context is disposed. */
   readonly closer: AbortSignal;
   /** Whether the context is still open (the cache may be touched). */
@@ -59,6 +61,7 @@ export class Decoder {
   readonly #nUbatch: number;
   readonly #nSeqMax: number;
   readonly #embeddings: boolean;
+  readonly #flashAttn: boolean;
   readonly #closer: AbortSignal;
   readonly #isOpen: () => boolean;
   #splitter = new BatchSplitter();
@@ -77,6 +80,7 @@ export class Decoder {
     this.#nUbatch = p.nUbatch;
     this.#nSeqMax = p.nSeqMax;
     this.#embeddings = p.embeddings;
+    this.#flashAttn = p.flashAttn ?? false;
     this.#closer = p.closer;
     this.#isOpen = p.isOpen;
   }
@@ -203,7 +207,7 @@ export class Decoder {
         nKv,
         slot,
         embeddings: this.#embeddings,
-      });
+      }, this.#flashAttn);
       sched.alloc(g);
       last = this.#last = { key, g, io };
     }
@@ -218,7 +222,7 @@ export class Decoder {
     // Without a cache, non-causal whatever attention.causal says: llama.cpp's
     // encode (which llama_decode runs for such models) always is.
     if (kv) kv.fillMask(ub, nKv, this.#mask);
-    else encoderMask(ub, false, this.#mask as Float32Array); // no cache: never flash attention
+    else encoderMask(ub, false, this.#mask);
     sched.setInput(io.mask, this.#mask);
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);

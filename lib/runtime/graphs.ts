@@ -19,6 +19,7 @@ export function buildGraph(
   kv: KvCache | null,
   taps: ReadonlySet<string> | undefined,
   step: Step,
+  flashAttn = false,
 ): { g: Graph; io: ArchGraph } {
   const g = new Graph();
   const b = new GraphBuilder({
@@ -29,6 +30,7 @@ export function buildGraph(
     kv,
     step,
     taps,
+    flashAttn,
   });
   const out = model.arch.build(b, model.weights);
   return { g, io: b.finish(out) };
@@ -39,13 +41,15 @@ export function buildGraph(
  * (llama.cpp's no-cache attention input): a token sees the tokens of its
  * own sequence, and with `causal` only those at earlier or equal positions.
  */
-export function encoderMask(ub: Ubatch, causal: boolean, out: Float32Array): void {
+export function encoderMask(ub: Ubatch, causal: boolean, out: Float32Array | Uint16Array): void {
   const n = ub.nTokens;
+  // F16 bits (flash attention's mask): 0 and -inf
+  const [zero, drop] = out instanceof Uint16Array ? [0, 0xfc00] : [0, -Infinity];
   for (let i = 0; i < n; i++) {
     for (let j = 0; j < n; j++) {
       const same = ub.seqId[i].some((s) => ub.seqId[j].includes(s));
       const seen = same && (!causal || ub.pos[j] <= ub.pos[i]);
-      out[i * n + j] = seen ? 0 : -Infinity;
+      out[i * n + j] = seen ? zero : drop;
     }
   }
 }

@@ -57,7 +57,7 @@ export interface ContextOptions {
    * enabled: ggml_flash_attn_ext over a non-transposed V cache, F16 mask)
    * instead of kq mul_mat, soft_max and kqv mul_mat. The logits follow
    * llama.cpp with flash attention on, which rounds differently from off.
-   * Architectures with a KV cache only. Default false.
+   * Default false.
    */
   flashAttn?: boolean;
   /**

@@ -95,7 +95,8 @@ export class GraphBuilder {
   readonly mask: Tensor;
   /**
    * Attention as ggml_flash_attn_ext: a cache whose V is not transposed is
-   * llama.cpp's flash-attention layout (v_trans = !flash_attn).
+   * llama.cpp's flash-attention layout (v_trans = !flash_attn); without a
+   * cache, as asked.
    */
   readonly flashAttn: boolean;
   /** I32 [nOutputs] rows kept for the output, or null when every row is. */
@@ -115,6 +116,8 @@ export class GraphBuilder {
     kv: KvCache | null;
     step: Step;
     taps?: ReadonlySet<string>;
+    /** Flash attention; with a cache it must match the cache's layout (V not transposed). */
+    flashAttn?: boolean;
   }) {
     this.g = o.g;
     this.hp = o.hp;
@@ -126,7 +129,12 @@ export class GraphBuilder {
     const n = o.step.nTokens;
     this.tokens = o.g.input("inp_tokens", GGMLType.I32, [n]);
     if (o.arch.rope !== "none") this.#pos = o.g.input("inp_pos", GGMLType.I32, [n]);
-    this.flashAttn = o.kv !== null && !o.kv.vTrans;
+    this.flashAttn = o.kv ? !o.kv.vTrans : o.flashAttn ?? false;
+    if (o.kv && o.flashAttn !== undefined && o.flashAttn !== this.flashAttn) {
+      throw new Error(
+        `GraphBuilder: flashAttn ${o.flashAttn} with a cache whose vTrans is ${o.kv.vTrans}`,
+      );
+    }
     // build_attn_inp_kq_mask: F16 for flash attention (no row padding at this revision).
     const maskType = this.flashAttn ? GGMLType.F16 : GGMLType.F32;
     this.mask = o.g.input("kq_mask", maskType, [o.step.nKv, n]);
@@ -253,7 +261,9 @@ export class GraphBuilder {
       // build_attn_mha without a cache: heads outer, and V transposed so
       // one mul_mat per head computes kq·v.
       kAll = g.permute(k, 0, 2, 1, 3); // [headDimK, n, nHeadKv]
-      vAll = g.cont(g.transpose(g.permute(v, 0, 2, 1, 3))); // [n, headDimV, nHeadKv]
+      vAll = this.flashAttn
+        ? g.permute(v, 0, 2, 1, 3) // [headDimV, n, nHeadKv], cast to F16 below
+        : g.cont(g.transpose(g.permute(v, 0, 2, 1, 3))); // [n, headDimV, nHeadKv]
     }
     // Heads become the outer dimension so one mul_mat per head pair does q·k.
     const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead]
