@@ -55,6 +55,33 @@ export {
   type GenerateTimings,
   samplerFor,
 } from "./lib/runtime/generate.ts";
+export {
+  loadState,
+  readStateHeader,
+  saveState,
+  STATE_VERSION,
+  StateError,
+  type StateErrorKind,
+  stateFromBytes,
+  type StateHeader,
+  type StateLoadOptions,
+  type StateLoadResult,
+  type StateModelIdentity,
+  type StateSaveOptions,
+  stateToBytes,
+} from "./lib/runtime/state.ts";
+export type { SamplerChainState } from "./lib/sample/chain.ts";
+
+// ---- embeddings ---------------------------------------------------------------
+export {
+  defaultPooling,
+  embed,
+  type EmbedOptions,
+  normalizeEmbedding,
+  type Pooling,
+  POOLINGS,
+  poolRows,
+} from "./lib/runtime/embed.ts";
 
 // ---- GGUF files and ggml types ----------------------------------------------
 export {

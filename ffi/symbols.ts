@@ -53,14 +53,14 @@ export const LE_CANCELLED = -6;
 /** Bytes of one `le_tensor`. */
 export const TENSOR_BYTES = 80;
 /** Bytes of one `le_node`. */
-export const NODE_BYTES = 472;
+export const NODE_BYTES = 712;
 /** Byte offsets inside `le_node` / `le_tensor`. */
 export const NodeLayout = {
   OP: 0,
   N_SRC: 4,
   DST: 8,
   SRC: 88,
-  PARAMS: 408,
+  PARAMS: 648,
   T_TYPE: 0,
   T_FLAGS: 4,
   T_NE: 8,

@@ -1,4 +1,4 @@
-// KV cache: slots, masks, sequence edits, K-shift bookkeeping, defrag, the
+// KV cache: slots, masks, sequence edits, K-shift bookkeeping, the
 // K/V views and store nodes, and batch splitting. Expected values are derived
 // by hand from llama.cpp's rules (src/llama-kv-cache.cpp, llama-batch.cpp).
 import assert from "node:assert/strict";
@@ -219,33 +219,6 @@ Deno.test("kv: store nodes write token rows into the slot cells; views read them
   });
   assert.deepEqual(kv.vView(g, 0, 8).ne, [8, hv, nh, 1]);
   assert.deepEqual(kv.kShiftView(g, 0, 2).ne, [2, nh, 8, 1]);
-});
-
-Deno.test("kv: defrag moves the last cells into the first holes, data included", async () => {
-  using kv = cache({ typeK: GGMLType.F32, typeV: GGMLType.F32, vTrans: true });
-  place(kv, seqTokens(0, [0, 1, 2, 3, 4, 5]));
-  kv.seqRm(0, 1, 2);
-  kv.seqRm(0, 3, 4);
-  const { k, v } = kv.storage(0);
-  const kf = new Float32Array(k.buffer.bytes.buffer, k.offset, 8 * 8);
-  const vf = new Float32Array(v.buffer.bytes.buffer, v.offset, 8 * 6);
-  for (let c = 0; c < 8; c++) {
-    for (let e = 0; e < 8; e++) kf[c * 8 + e] = c * 100 + e;
-    for (let e = 0; e < 6; e++) vf[e * 8 + c] = -(c * 100 + e);
-  }
-  const moves = kv.planDefrag();
-  assert.deepEqual(moves, [{ src: 5, dst: 1, len: 1 }, { src: 4, dst: 3, len: 1 }]);
-  const g = new Graph();
-  kv.applyDefrag(g, moves);
-  using sched = new Scheduler([backend]);
-  sched.alloc(g);
-  await sched.compute();
-  assert.deepEqual([...kv.cells.pos], [0, 5, 2, 4, -1, -1, -1, -1]);
-  assert.equal(kv.head, 4);
-  for (const [src, dst] of [[5, 1], [4, 3], [0, 0], [2, 2]]) {
-    for (let e = 0; e < 8; e++) assert.equal(kf[dst * 8 + e], src * 100 + e);
-    for (let e = 0; e < 6; e++) assert.equal(vf[e * 8 + dst], -(src * 100 + e));
-  }
 });
 
 Deno.test("batch: split_simple, split_equal, split_seq and output ids", () => {

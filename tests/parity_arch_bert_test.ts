@@ -183,7 +183,7 @@ Deno.test("bert context: one graph per input, nothing cached, no generation", as
   assert.equal(ctx.nCtx, 256);
   await rejectsContext(
     () => ctx.decode(promptIds(N_CTX_TRAIN + 1, 999, 30000, 1)),
-    /129 tokens exceed the 128 .*training context 128/,
+    /129 tokens of one sequence exceed the 128 positions .*training context 128/,
   );
   // Still usable, and every decode starts afresh: clear and truncate change nothing.
   const full = (await ctx.decode(ids, { allLogits: true })).embeddings!;

@@ -148,3 +148,23 @@ Deno.test("sequences: an aborted evaluation leaves the sequence as it was", asyn
 });
 
 Deno.test("model cleanup", () => model[Symbol.dispose]());
+
+Deno.test("batches: embeddings in place of token ids give the tokens' logits", async () => {
+  // f32 weights: the embedding rows are exactly what get_rows would produce.
+  const path = new URL("../../shared/models/tolstoy-6m-f32.gguf", import.meta.url).pathname;
+  using m32 = await Model.load(path);
+  await using ctx = await Context.create(m32, { nCtx: 256, nSeqMax: 2, threads: 1 });
+  const nEmbd = m32.hparams.nEmbd;
+  const table = new Float32Array(m32.file.tensorBytes("token_embd.weight").slice().buffer);
+  const embd = new Float32Array(promptA.length * nEmbd);
+  promptA.forEach((t, i) => embd.set(table.subarray(t * nEmbd, (t + 1) * nEmbd), i * nEmbd));
+  const viaTokens = await ctx.decodeBatch({ tokens: promptA, seqIds: promptA.map(() => 1) });
+  ctx.clear();
+  const viaEmbd = await ctx.decodeBatch({ embd, seqIds: promptA.map(() => 1) });
+  assert.deepEqual(viaEmbd.logits, viaTokens.logits);
+  await assert.rejects(() => ctx.decodeBatch({ embd: new Float32Array(nEmbd + 1) }), OptionError);
+  await assert.rejects(() => ctx.decodeBatch({ tokens: [1], embd }), OptionError);
+  const nan = embd.slice(0, nEmbd);
+  nan[3] = NaN;
+  await assert.rejects(() => ctx.decodeBatch({ embd: nan }), /embd\[3\]/);
+});

@@ -49,7 +49,14 @@ enum le_op {
                               * src2 v [D, nKv, nHeadKv] (F16/F32/Q8_0, not transposed),
                               * src3 optional F16 mask [nKv, >= n]; dst F32 [Dv, nHead, n];
                               * params f32 scale, max_bias, softcap (0) */
-  LE_OP_HADAMARD = 16, /* rows of ne0 (a power of 2) times the orthonormal Walsh-Hadamard
+  LE_OP_SSM_CONV = 16, /* ggml_ssm_conv: src0 sx F32 [d_conv-1+n_t, d_inner, n_s], src1 c F32
+                        * [d_conv, d_inner]; dst F32 [d_inner, n_t, n_s] */
+  LE_OP_SSM_SCAN = 17, /* ggml_ssm_scan: src0 s [d_state, head_dim, n_head, >= n_s], src1 x
+                        * [head_dim, n_head, n_t, n_s], src2 dt [n_head, n_t, n_s], src3 A
+                        * [d_state or 1, n_head], src4 B and src5 C [d_state, n_group, n_t,
+                        * n_s], src6 ids I32 [n_s]; dst F32 1-D: y (x's element count)
+                        * then K states per sequence; params[0] = K */
+  LE_OP_HADAMARD = 18, /* rows of ne0 (a power of 2) times the orthonormal Walsh-Hadamard
                         * matrix: ggml's fast path of a mul_mat hinted
                         * GGML_HINT_SRC0_IS_HADAMARD (ggml_compute_forward_fwht) */
   LE_OP_COUNT
@@ -61,7 +68,7 @@ enum le_op {
  *   [6] f32 attn_factor  [7] f32 beta_fast  [8] f32 beta_slow        */
 
 #define LE_MAX_DIMS 4
-#define LE_MAX_SRC 4
+#define LE_MAX_SRC 7
 #define LE_MAX_PARAMS 16
 /* Most threads a context runs (le_ctx_new refuses more). ffi/symbols.ts
  * mirrors it as MAX_THREADS; tests/ffi_test.ts compares the two. */
@@ -76,7 +83,7 @@ typedef struct le_tensor {
   uint64_t data;  /* address of element [0,0,0,0] */
 } le_tensor;
 
-/* One node of the command buffer: 472 bytes. The buffer TypeScript hands to
+/* One node of the command buffer: 712 bytes. The buffer TypeScript hands to
  * le_graph_compute is an array of these, executed in order with a barrier
  * between nodes. */
 typedef struct le_node {

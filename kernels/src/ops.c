@@ -393,7 +393,7 @@ static const int8_t min_src[LE_OP_COUNT] = {
     [LE_OP_MUL_MAT] = 2,  [LE_OP_ROPE] = 2,     [LE_OP_SOFT_MAX] = 1, [LE_OP_SILU] = 1,
     [LE_OP_SWIGLU] = 2,   [LE_OP_CPY] = 1,      [LE_OP_SCALE] = 1, [LE_OP_NORM] = 1,
     [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,      [LE_OP_FLASH_ATTN_EXT] = 3,
-    [LE_OP_HADAMARD] = 1,
+    [LE_OP_SSM_CONV] = 2, [LE_OP_SSM_SCAN] = 7,   [LE_OP_HADAMARD] = 1,
 };
 
 int le_node_check(const le_node *n) {
@@ -444,6 +444,8 @@ void le_node_compute(const le_node *n, const le_compute_params *p) {
     case LE_OP_MUL_MAT: le_mul_mat(n, p); break;
     case LE_OP_FLASH_ATTN_EXT: le_flash_attn(n, p); break;
     case LE_OP_HADAMARD: op_hadamard(n, p); break;
+    case LE_OP_SSM_CONV: le_ssm_conv(n, p); break;
+    case LE_OP_SSM_SCAN: le_ssm_scan(n, p); break;
     default: break;
   }
 }

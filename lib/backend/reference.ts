@@ -15,6 +15,7 @@ import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "
 import { bf16ToF32, f32ToBf16, f32ToFp16, fp16ToF32 } from "../ggml/half.ts";
 import { DEQUANT, QUANT_REF, quantizeQ8_0Act, roundActivations } from "../ggml/ref_quants.ts";
 import { validateNode } from "./validate.ts";
+import { ssmConv, ssmScan } from "./ref_ssm.ts";
 import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 
 const { F32, F16, BF16, I32, Q8_0 } = GGMLType;
@@ -381,6 +382,10 @@ export function referenceCompute(n: ExecNode): void {
           }
         }
       });
+    case Op.SSM_CONV:
+      return ssmConv(n);
+    case Op.SSM_SCAN:
+      return ssmScan(n);
     default:
       throw new RangeError(`reference backend: op ${n.op} not implemented`);
   }

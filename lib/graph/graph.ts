@@ -11,7 +11,15 @@
  */
 import type { BufferRef, Dims } from "../ggml/memory.ts";
 import { GGMLType } from "../ggml/types.ts";
-import { f32Bits, FlashAttnParam, Op, opViolation, RopeMode, RopeParam } from "./ops.ts";
+import {
+  f32Bits,
+  FlashAttnParam,
+  Op,
+  opViolation,
+  RopeMode,
+  RopeParam,
+  SsmScanParam,
+} from "./ops.ts";
 
 export type { BufferRef, Dims } from "../ggml/memory.ts";
 export { Tensor } from "./tensor.ts";
@@ -369,6 +377,60 @@ export class Graph {
     const t = this.#op(Op.SCALE, "scale", x.type, [...x.ne] as Dims, [x]);
     t.params[0] = f32Bits(s);
     return this.#ruled("scale", t);
+  }
+
+  /**
+   * ggml_ssm_conv: Mamba's depthwise causal convolution. `sx` F32
+   * [dConv - 1 + nT, dInner, nS] (the conv state followed by the tokens,
+   * packed rows), `c` F32 [dConv, dInner]; result F32 [dInner, nT, nS] with
+   * x[i, t, s] = sum over k < dConv of sx[t + k, i, s] * c[k, i].
+   */
+  ssmConv(sx: Tensor, c: Tensor): Tensor {
+    this.#check(sx), this.#check(c);
+    const ne: Dims = [c.ne[1], sx.ne[0] - c.ne[0] + 1, sx.ne[2], 1];
+    if (ne[1] < 0) {
+      throw new GraphError(`ssmConv: sx ${sx.describe()} shorter than c ${c.describe()}`);
+    }
+    return this.#ruled("ssmConv", this.#op(Op.SSM_CONV, "ssm_conv", GGMLType.F32, ne, [sx, c]));
+  }
+
+  /**
+   * ggml_ssm_scan: Mamba's selective scan over nT tokens of nS sequences.
+   * `s` F32 [dState, headDim, nHead, nStates] holds every state; sequence j
+   * starts from state `ids[j]` (I32 [nS]). `x` [headDim, nHead, nT, nS],
+   * `dt` [nHead, nT, nS], `a` [dState, nHead] (Mamba-1, headDim 1, nHead =
+   * dInner) or [1, nHead] (Mamba-2), `b` and `c` [dState, nGroup, nT, nS]
+   * (packed rows; views with any outer strides). The result is F32 1-D:
+   * y [headDim, nHead, nT, nS] packed, then the final state of each
+   * sequence, [dState, headDim, nHead, nS] packed (with `k` > 1, Mamba-2
+   * only, k such blocks: slot i holds the state after token nT - 1 - i).
+   */
+  ssmScan(
+    s: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    a: Tensor,
+    b: Tensor,
+    c: Tensor,
+    ids: Tensor,
+    k = 1,
+  ): Tensor {
+    for (const t of [s, x, dt, a, b, c, ids]) this.#check(t);
+    if (!Number.isSafeInteger(k) || k < 1 || k > 0x7fffffff) {
+      throw new GraphError(`ssmScan: bad K ${k}`);
+    }
+    const n = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3] + k * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0];
+    const t = this.#op(Op.SSM_SCAN, "ssm_scan", GGMLType.F32, [n, 1, 1, 1], [
+      s,
+      x,
+      dt,
+      a,
+      b,
+      c,
+      ids,
+    ]);
+    t.params[SsmScanParam.K] = k;
+    return this.#ruled("ssmScan", t);
   }
 
   /**

@@ -30,7 +30,9 @@ export const Op = {
   GELU: 13,
   GEGLU: 14,
   FLASH_ATTN_EXT: 15,
-  HADAMARD: 16,
+  SSM_CONV: 16,
+  SSM_SCAN: 17,
+  HADAMARD: 18,
 } as const;
 
 /** A graph op code. */
@@ -39,7 +41,7 @@ export type Op = typeof Op[keyof typeof Op];
 /** Number of int32 parameter slots each node carries. */
 export const MAX_PARAMS = 16;
 /** Most sources an op takes. */
-export const MAX_SRC = 4;
+export const MAX_SRC = 7;
 
 /** Parameter slots of FLASH_ATTN_EXT (f32 bit patterns). */
 export const FlashAttnParam = { SCALE: 0, MAX_BIAS: 1, SOFTCAP: 2 } as const;
@@ -170,6 +172,94 @@ const GLU: OpRule = {
       : !(sameShape(a, d) && sameShape(b, d))
       ? "all three tensors must share a shape"
       : undefined,
+};
+
+const isMatrix = (t: Operand) => t.ne[2] === 1 && t.ne[3] === 1;
+const contiguous = (t: Operand) =>
+  t.nb[0] === typeSize(t.type) && t.nb[1] === t.nb[0] * t.ne[0] &&
+  t.nb[2] === t.nb[1] * t.ne[1] && t.nb[3] === t.nb[2] * t.ne[2];
+
+/** Slot of SSM_SCAN's params: K, the states kept per sequence (ggml_ssm_scan's K). */
+export const SsmScanParam = { K: 0 } as const;
+
+/**
+ * ggml_ssm_conv (ggml.c and ggml-cpu's asserts): sx [d_conv-1+n_t, d_inner,
+ * n_s] with packed rows, c [d_conv, d_inner] packed, dst [d_inner, n_t, n_s].
+ */
+const SSM_CONV: OpRule = {
+  src: [2, 2],
+  types: (d, [s0, s1]) => s0 === F32 && s1 === F32 && d === F32,
+  layout(d, [sx, c]) {
+    if (!(rowsOf(sx, F32) && sx.nb[1] === 4 * sx.ne[0] && sx.ne[3] === 1)) {
+      return "sx must be 3-D F32 with packed rows";
+    }
+    if (!(contiguous(c) && isMatrix(c))) return "c must be a contiguous F32 matrix";
+    const nT = sx.ne[0] - c.ne[0] + 1;
+    if (!(nT >= 0 && sx.ne[1] === c.ne[1])) {
+      return "shapes: sx [d_conv - 1 + n_t, d_inner, n_s] for c [d_conv, d_inner]";
+    }
+    if (
+      !(contiguous(d) && d.ne[0] === c.ne[1] && d.ne[1] === nT && d.ne[2] === sx.ne[2] &&
+        d.ne[3] === 1)
+    ) {
+      return "dst must be contiguous [d_inner, n_t, n_s]";
+    }
+  },
+};
+
+/**
+ * ggml_ssm_scan: s [d_state, head_dim, n_head, >= n_s] (all states; ids pick
+ * each sequence's), x [head_dim, n_head, n_t, n_s], dt [n_head, n_t, n_s],
+ * A [d_state, n_head] (Mamba-1) or [1, n_head] (Mamba-2), B and C
+ * [d_state, n_group, n_t, n_s] (packed rows, any outer strides), ids I32
+ * [n_s]; dst F32 1-D: y, then K states per sequence.
+ */
+const SSM_SCAN: OpRule = {
+  src: [7, 7],
+  types: (d, t) =>
+    d === F32 && t.length === 7 && t.slice(0, 6).every((x) => x === F32) && t[6] === I32,
+  layout(d, [s, x, dt, a, b, c, ids], params) {
+    const K = params[SsmScanParam.K];
+    if (!(K >= 1)) return `K ${K} must be >= 1`;
+    if (!contiguous(s)) return "s must be contiguous";
+    if (!contiguous(dt) || !contiguous(a)) return "dt and A must be contiguous";
+    if (!(rowsOf(x, F32) && x.nb[1] === 4 * x.ne[0])) {
+      return "x needs packed [head_dim, n_head] planes";
+    }
+    for (const [what, t] of [["B", b], ["C", c]] as const) {
+      if (!(rowsOf(t, F32) && t.nb[1] === 4 * t.ne[0])) {
+        return `${what} needs packed [d_state, n_group] planes`;
+      }
+    }
+    if (!sameShape(b, c)) return "B and C must share a shape";
+    const [dState, headDim, nHead, nT, nS] = [s.ne[0], x.ne[0], x.ne[1], x.ne[2], x.ne[3]];
+    if (!(dt.ne[0] === nHead && dt.ne[1] === nT && dt.ne[2] === nS && dt.ne[3] === 1)) {
+      return "dt must be [n_head, n_t, n_s]";
+    }
+    if (!(s.ne[1] === headDim && s.ne[2] === nHead && s.ne[3] >= 1)) {
+      return "s must be [d_state, head_dim, n_head, n_states]";
+    }
+    if (!(b.ne[0] === dState && b.ne[2] === nT && b.ne[3] === nS)) {
+      return "B and C must be [d_state, n_group, n_t, n_s]";
+    }
+    if (!(b.ne[1] >= 1 && nHead % b.ne[1] === 0)) {
+      return `n_group ${b.ne[1]} must divide n_head ${nHead}`;
+    }
+    if (
+      !(ids.ne[0] === nS && ids.ne[1] === 1 && ids.ne[2] === 1 && ids.ne[3] === 1 &&
+        rowsOf(ids, I32))
+    ) {
+      return "ids must be a contiguous I32 vector [n_s]";
+    }
+    if (!(isMatrix(a) && a.ne[1] === nHead)) return "A must be a matrix [d_state or 1, n_head]";
+    if (a.ne[0] !== 1 && !(a.ne[0] === dState && K === 1)) {
+      return "A must be [1, n_head] (Mamba-2) or [d_state, n_head] with K = 1 (Mamba-1)";
+    }
+    const n = nel(x) + K * dState * headDim * nHead * nS;
+    if (!(contiguous(d) && d.ne[0] === n && d.ne[1] === 1 && d.ne[2] === 1 && d.ne[3] === 1)) {
+      return `dst must be contiguous [${n}] (y, then K states per sequence)`;
+    }
+  },
 };
 
 /** Every op's rules, by op code (a code missing here is not an op). */
@@ -321,6 +411,8 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
       if (!(bitsF32(params[FlashAttnParam.MAX_BIAS]) >= 0)) return "max_bias must be >= 0";
     },
   },
+  [Op.SSM_CONV]: SSM_CONV,
+  [Op.SSM_SCAN]: SSM_SCAN,
 };
 
 /** Fewest and most sources of `op`, or undefined when `op` is no op. */

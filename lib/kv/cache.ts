@@ -1,9 +1,12 @@
 /**
  * The unified KV cache (llama.cpp's llama_kv_cache with one stream): cell
  * bookkeeping, slot search, the attention mask, sequence edits, K-shift and
- * defrag bookkeeping, and the per-layer K/V storage. The graph side (K/V
+ * and the per-layer K/V storage. The graph side (K/V
  * tensors, views and store copies) lives in ./tensors.ts, the mask in
- * ./mask.ts and defrag planning in ./defrag.ts; KvCache delegates to them.
+ * ./mask.ts; KvCache delegates to them. There is no defragmentation:
+ * llama.cpp no longer does it (defrag_thold is deprecated and ignored), and
+ * cells must be placed as llama.cpp places them for bit-identical logits
+ * (attention sums over cells in cell order).
  * Head counts and sizes are parameters; nothing here knows a particular model.
  *
  * @module
@@ -18,12 +21,10 @@ import type { Ubatch } from "./batch.ts";
 import { type CellsSnapshot, checkSeq, KvCells, KvError } from "./cells.ts";
 import { isMaskedSwa, SwaType } from "./swa.ts";
 import { fillKqMask, type MaskOptions } from "./mask.ts";
-import { applyDefragMoves, type DefragMove, planDefragMoves } from "./defrag.ts";
 import { KvTensors, type LayerStore } from "./tensors.ts";
 
 export { isMaskedSwa, SwaType } from "./swa.ts";
 export type { MaskOptions } from "./mask.ts";
-export type { DefragMove } from "./defrag.ts";
 
 /** llama.cpp pads the attended window to a multiple of this (get_n_kv). */
 export const N_KV_PAD = 256;
@@ -466,20 +467,5 @@ export class KvCache implements Disposable {
    */
   moveStores(g: Graph, slot: SlotInfo): Tensor[] | null {
     return this.#tensors.moveStores(g, slot);
-  }
-
-  // ---- defrag -------------------------------------------------------------
-
-  /** Moves that pack all used cells to the front (the last used cells fill the first holes). */
-  planDefrag(): DefragMove[] {
-    return planDefragMoves(this.cells, this.size);
-  }
-
-  /**
-   * Add the copy nodes of `moves` to g (every layer, K and V) and update the
-   * cells as if they ran. Run g before the next decode.
-   */
-  applyDefrag(g: Graph, moves: readonly DefragMove[]): Tensor[] {
-    return applyDefragMoves(this, g, moves);
   }
 }

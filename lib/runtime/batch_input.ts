@@ -24,8 +24,13 @@ import type { Batch } from "../kv/batch.ts";
  * ```
  */
 export interface BatchInput {
-  /** Token ids. */
-  readonly tokens: ArrayLike<number>;
+  /** Token ids (or give `embd`). */
+  readonly tokens?: ArrayLike<number>;
+  /**
+   * Input embeddings [nEmbd × nTokens] (token-major) in place of token ids,
+   * as llama_batch's `embd`: e.g. vectors from another model.
+   */
+  readonly embd?: Float32Array;
   /** Position of each token; default: each sequence continues after what the cache holds. */
   readonly pos?: ArrayLike<number>;
   /**
@@ -38,7 +43,7 @@ export interface BatchInput {
 }
 
 const INT32_MAX = 2 ** 31 - 1;
-const KEYS = ["tokens", "pos", "seqIds", "logits"];
+const KEYS = ["tokens", "embd", "pos", "seqIds", "logits"];
 
 function isList(v: unknown): v is ArrayLike<unknown> {
   return v !== null && typeof v === "object" &&
@@ -49,14 +54,31 @@ function isList(v: unknown): v is ArrayLike<unknown> {
 export function batchFromInput(
   where: string,
   b: BatchInput,
-  o: { nVocab: number; nSeqMax: number },
+  o: { nVocab: number; nEmbd: number; nSeqMax: number },
 ): Batch {
   if (b === null || typeof b !== "object") throw new OptionError(where, "batch", b, "an object");
   for (const k of Object.keys(b)) {
     if (!KEYS.includes(k)) throw new OptionError(where, k, (b as never)[k], `one of ${KEYS}`);
   }
-  checkTokenIds(where, b.tokens, o.nVocab);
-  const n = b.tokens.length;
+  if ((b.tokens === undefined) === (b.embd === undefined)) {
+    throw new OptionError(where, "tokens", b.tokens, "token ids or embd (one of them)");
+  }
+  let n: number;
+  const out: { -readonly [K in keyof Batch]: Batch[K] } = {};
+  if (b.tokens !== undefined) {
+    checkTokenIds(where, b.tokens, o.nVocab);
+    n = b.tokens.length;
+    out.token = Int32Array.from(b.tokens);
+  } else {
+    const e = b.embd;
+    if (!(e instanceof Float32Array) || e.length === 0 || e.length % o.nEmbd !== 0) {
+      throw new OptionError(where, "embd", e, `a Float32Array of nTokens × ${o.nEmbd} values`);
+    }
+    const bad = e.findIndex((v) => !Number.isFinite(v));
+    if (bad >= 0) throw new OptionError(where, `embd[${bad}]`, e[bad], "a finite number");
+    n = e.length / o.nEmbd;
+    out.embd = e.slice();
+  }
   if (n === 0) throw new OptionError(where, "tokens", b.tokens, "at least one token");
   const sameLength = (name: string, v: unknown): ArrayLike<unknown> => {
     if (!isList(v) || v.length !== n) {
@@ -64,7 +86,6 @@ export function batchFromInput(
     }
     return v;
   };
-  const out: { -readonly [K in keyof Batch]: Batch[K] } = { token: Int32Array.from(b.tokens) };
   if (b.pos !== undefined) {
     const pos = sameLength("pos", b.pos);
     for (let i = 0; i < n; i++) {

@@ -537,13 +537,14 @@ export class Context implements Disposable, AsyncDisposable {
     }
     const b = batchFromInput("Context.decodeBatch", batch, {
       nVocab: this.model.hparams.nVocab,
+      nEmbd: this.model.hparams.nEmbd,
       nSeqMax: this.nSeqMax,
     });
-    const n = b.token!.length;
+    const n = b.token ? b.token.length : b.embd!.length / this.model.hparams.nEmbd;
     if (n > this.nBatch) {
       throw new ContextError(`decodeBatch: ${n} tokens exceed nBatch ${this.nBatch}`);
     }
-    if (!this.#kv) this.#checkEncoderInput(n);
+    if (!this.#kv) this.#checkEncoderInput(n, encoderSpan(b));
     return this.#start([b], opts?.signal);
   }
 
@@ -571,12 +572,15 @@ export class Context implements Disposable, AsyncDisposable {
    * micro-batches; llama.cpp asserts n_ubatch >= n_tokens), so the input
    * must fit nUbatch, nCtx and the positions the model was trained on.
    */
-  #checkEncoderInput(n: number): void {
+  #checkEncoderInput(n: number, longest = n): void {
     const { nCtxTrain } = this.model.hparams;
-    const max = Math.min(this.nUbatch, this.nCtx, nCtxTrain);
-    if (n > max) {
+    const max = Math.min(this.nUbatch, this.nCtx);
+    if (n > max || longest > nCtxTrain) {
+      const what = n > max
+        ? `${n} tokens exceed the ${max}`
+        : `${longest} tokens of one sequence exceed the ${nCtxTrain} positions`;
       throw new ContextError(
-        `decode: ${n} tokens exceed the ${max} this encoder context evaluates at once ` +
+        `decode: ${what} this encoder context evaluates at once ` +
           `(nUbatch ${this.nUbatch}, nCtx ${this.nCtx}, training context ${nCtxTrain}): ` +
           `its attention spans the whole input, which is never split`,
       );
@@ -621,4 +625,20 @@ export class Context implements Disposable, AsyncDisposable {
     this[Symbol.dispose]();
     await this.#freed.promise;
   }
+}
+
+/**
+ * The most positions one sequence of an encoder batch spans (positions
+ * start at 0 for every sequence: nothing is cached): several short inputs
+ * may share a batch longer than the training context.
+ */
+function encoderSpan(b: Batch): number {
+  if (b.pos) return Math.max(...b.pos) + 1;
+  const count = new Map<number, number>();
+  const n = b.token?.length ?? b.seqId?.length ?? 0;
+  for (let i = 0; i < n; i++) {
+    const s = b.seqId ? b.seqId[i][0] : 0;
+    count.set(s, (count.get(s) ?? 0) + 1);
+  }
+  return Math.max(0, ...count.values());
 }

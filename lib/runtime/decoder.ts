@@ -85,6 +85,10 @@ export class Decoder {
     this.#isOpen = p.isOpen;
   }
 
+  #length(b: Batch): number {
+    return b.token ? b.token.length : b.embd!.length / this.#model.hparams.nEmbd;
+  }
+
   /** Forgets the reused graph (the scheduler is about to be freed). */
   reset(): void {
     this.#last = null;
@@ -94,6 +98,7 @@ export class Decoder {
     try {
       this.#splitter.init(b, {
         nVocab: this.#model.hparams.nVocab,
+        nEmbd: this.#model.hparams.nEmbd,
         nSeqMax: this.#nSeqMax,
         memory: kv ?? undefined,
         outputAll,
@@ -110,7 +115,7 @@ export class Decoder {
   // the output flags, so the rows returned have the bits of llama.cpp's.
   /** Evaluates an encoder's whole input (no cache) in one graph. */
   async encode(b: Batch, signal: AbortSignal): Promise<DecodeOutput> {
-    const n = b.token!.length;
+    const n = this.#length(b);
     const want = b.logits ? Array.from(b.logits, (f) => f !== 0) : null;
     this.#init(b, null, true);
     const ub = this.#splitter.splitSimple(n)!;
@@ -125,10 +130,6 @@ export class Decoder {
    * every placement when one fails or is aborted.
    */
   async decode(kv: KvCache, parts: Batch[], signal: AbortSignal): Promise<DecodeOutput> {
-    // Keys whose positions moved are re-rotated first (llama_context::decode
-    // runs the memory update before placing the batch). Not abortable: half
-    // of the layers rotated would corrupt the cache.
-    if (kv.hasShift) await this.#applyShift(kv);
     const out: Float32Array[] = [];
     const outputIds: number[] = [];
     const undo: SlotUndo[] = [];
@@ -136,6 +137,12 @@ export class Decoder {
     try {
       for (const b of parts) {
         this.#init(b, kv, false);
+        // Keys whose positions moved are re-rotated after the batch is
+        // validated and before it is placed, as llama_context::decode runs
+        // the memory update (a rejected batch leaves the shift pending, so
+        // two seqAdds then rotate once). Not abortable: half of the layers
+        // rotated would corrupt the cache.
+        if (kv.hasShift) await this.#applyShift(kv);
         const ubs: Ubatch[] = [];
         for (let ub = this.#splitter.splitSimple(this.#nUbatch); ub;) {
           ubs.push(ub);
@@ -145,7 +152,7 @@ export class Decoder {
         const slots = kv.prepare(ubs);
         if (!slots) {
           throw new ContextError(
-            `decode: no room for ${b.token!.length} tokens in the KV cache ` +
+            `decode: no room for ${this.#length(b)} tokens in the KV cache ` +
               `(${kv.cells.used} of ${kv.size} cells used)`,
           );
         }
@@ -156,7 +163,7 @@ export class Decoder {
           out.push(...await this.#decodeUbatch(ubs[i], slots[i], signal));
         }
         for (const i of this.#splitter.outIds) outputIds.push(offset + i);
-        offset += b.token!.length;
+        offset += this.#length(b);
       }
     } catch (e) {
       // The whole call is undone, completed micro-batches included, so the
@@ -192,7 +199,7 @@ export class Decoder {
     const sched = this.#sched;
     // A step shaped like the last one reuses its graph, plan and encoded
     // nodes; only the inputs and the cells the keys and values land in change.
-    const key = `${ub.nTokens}/${outRows.length}/${nKv}`;
+    const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}`;
     let last = this.#last?.key === key ? this.#last : null;
     // Without a cache a graph of the same shape is reused as it is.
     const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
@@ -207,12 +214,14 @@ export class Decoder {
         nKv,
         slot,
         embeddings: this.#embeddings,
+        inputEmbd: !ub.token,
       }, this.#flashAttn);
       sched.alloc(g);
       last = this.#last = { key, g, io };
     }
     const io = last!.io;
-    sched.setInput(io.tokens, ub.token!);
+    if (io.tokens) sched.setInput(io.tokens, ub.token!);
+    else sched.setInput(io.embd!, ub.embd!);
     if (io.pos) sched.setInput(io.pos, ub.pos);
     // F16 bits for flash attention's mask.
     const half = io.mask.type === GGMLType.F16;

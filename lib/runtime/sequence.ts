@@ -184,6 +184,14 @@ export class Sequence implements Disposable {
   }
 
   /**
+   * Sets the token list after a state load put this sequence's cells back.
+   * @internal
+   */
+  replaceTokens(tokens: readonly number[]): void {
+    this.#tokens = [...tokens];
+  }
+
+  /**
    * Forgets the tokens from `n` on (a failed evaluation was rolled back).
    * @internal
    */
@@ -275,8 +283,18 @@ export class SequenceQueue {
         this.#fail(r, o.signal!.reason, null);
       }
     }, { once: true });
-    this.#pump ??= this.#run().finally(() => (this.#pump = null));
+    this.#kick();
     return r.done.promise;
+  }
+
+  // Starts the pump unless it runs. A request submitted after the pump's
+  // loop saw the queue empty but before its `finally` ran would otherwise be
+  // left waiting forever: the pump starts again when requests remain.
+  #kick(): void {
+    this.#pump ??= this.#run().finally(() => {
+      this.#pump = null;
+      if (this.#pending.length) this.#kick();
+    });
   }
 
   /** Resolves when no request of `seq` is pending. */
@@ -383,7 +401,8 @@ export class SequenceQueue {
     });
     for (const s of spans) {
       const { r } = s;
-      r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
+      // An encoder keeps nothing between calls: its sequences stay empty.
+      if (this.#ctx.kvCache) r.seq.accept(r.tokens.subarray(r.sent, r.sent + s.n));
       r.sent += s.n;
       if (r.signal?.aborted) {
         this.#fail(r, r.signal.reason, lease);

@@ -27,6 +27,7 @@ import {
 import { GrammarSampler, type GrammarVocabIndex } from "./grammar.ts";
 import { GrammarMatchError } from "../grammar/errors.ts";
 import { SamplingError, validateSamplingOptions } from "./options.ts";
+import { Mt19937 } from "./rng.ts";
 
 /** What a chain needs from a grammar constraint (GrammarSampler implements it). */
 export interface GrammarConstraint {
@@ -112,6 +113,78 @@ export class SamplerChain {
     this.grammar?.reset();
     for (const s of this.samplers) s.reset?.();
   }
+
+  /**
+   * The random state of the chain: per sampler, in order, its name, its
+   * mt19937 state (dist, mirostat) and its running `mu` (mirostat). With
+   * {@link SamplerChain.setState} a seeded chain continues the same draws,
+   * e.g. after a saved context is loaded. Token histories (penalties) and
+   * the grammar are not included: they follow the tokens, re-accept those.
+   */
+  getState(): SamplerChainState {
+    return {
+      samplers: this.samplers.map((s) => {
+        const o = s as { rng?: unknown; mu?: unknown };
+        return {
+          name: s.name,
+          ...(o.rng instanceof Mt19937 ? { rng: o.rng.getState() } : {}),
+          ...(typeof o.mu === "number" ? { mu: o.mu } : {}),
+        };
+      }),
+    };
+  }
+
+  /**
+   * Why `state` does not fit this chain (another sampler list, a malformed
+   * generator state), or null when {@link SamplerChain.setState} takes it.
+   */
+  checkState(state: SamplerChainState): string | null {
+    const got = state.samplers;
+    if (got.length !== this.samplers.length) {
+      return `${got.length} samplers in the state, ${this.samplers.length} in the chain`;
+    }
+    for (let k = 0; k < got.length; k++) {
+      const s = this.samplers[k] as Sampler & { rng?: unknown; mu?: unknown };
+      const g = got[k];
+      if (g.name !== s.name) return `sampler ${k} is "${g.name}" in the state, "${s.name}" here`;
+      if ((g.rng !== undefined) !== (s.rng instanceof Mt19937)) {
+        return `sampler ${k} (${s.name}): random state ${g.rng ? "present" : "missing"}`;
+      }
+      const why = g.rng ? Mt19937.checkState(g.rng) : null;
+      if (why) return `sampler ${k} (${s.name}): ${why}`;
+      if ((g.mu !== undefined) !== (typeof s.mu === "number")) {
+        return `sampler ${k} (${s.name}): mu ${g.mu === undefined ? "missing" : "present"}`;
+      }
+      if (g.mu !== undefined && !Number.isFinite(g.mu)) {
+        return `sampler ${k} (${s.name}): mu ${g.mu}`;
+      }
+    }
+    return null;
+  }
+
+  /** Restores {@link SamplerChain.getState}; throws RangeError (changing nothing) when it does not fit. */
+  setState(state: SamplerChainState): void {
+    const why = this.checkState(state);
+    if (why) throw new RangeError(`sampler state: ${why}`);
+    state.samplers.forEach((g, k) => {
+      const s = this.samplers[k] as { rng?: Mt19937; mu?: number };
+      if (g.rng) s.rng!.setState(g.rng);
+      if (g.mu !== undefined) s.mu = g.mu;
+    });
+  }
+}
+
+/** The random state of a {@link SamplerChain} ({@link SamplerChain.getState}). */
+export interface SamplerChainState {
+  /** Per sampler, in chain order. */
+  readonly samplers: ReadonlyArray<{
+    /** The sampler's name. */
+    readonly name: string;
+    /** Its mt19937 state (625 words), for samplers that draw. */
+    readonly rng?: Uint32Array;
+    /** Its running surprise target (mirostat). */
+    readonly mu?: number;
+  }>;
 }
 
 /**

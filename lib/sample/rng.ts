@@ -39,6 +39,37 @@ export class Mt19937 {
     this.#i = other.#i;
   }
 
+  /**
+   * The full generator state: the 624 words then the position in them, so
+   * {@link Mt19937.setState} continues the exact draw sequence.
+   */
+  getState(): Uint32Array {
+    const out = new Uint32Array(N + 1);
+    out.set(this.#mt);
+    out[N] = this.#i;
+    return out;
+  }
+
+  /** Restores a state from {@link Mt19937.getState}; throws RangeError on a malformed one. */
+  setState(state: ArrayLike<number>): void {
+    const why = Mt19937.checkState(state);
+    if (why) throw new RangeError(`mt19937 state: ${why}`);
+    for (let k = 0; k < N; k++) this.#mt[k] = state[k];
+    this.#i = state[N];
+  }
+
+  /** Why `state` is not a {@link Mt19937.getState} result, or null when it is usable. */
+  static checkState(state: ArrayLike<number>): string | null {
+    if (state.length !== N + 1) return `${state.length} words, expected ${N + 1}`;
+    for (let k = 0; k < N; k++) {
+      const w = state[k];
+      if (!Number.isInteger(w) || w < 0 || w > 0xffffffff) return `word ${k} is ${w}`;
+    }
+    const i = state[N];
+    if (!Number.isInteger(i) || i < 0 || i > N) return `position ${i} outside [0, ${N}]`;
+    return null;
+  }
+
   #twist(): void {
     const mt = this.#mt;
     for (let k = 0; k < N; k++) {

@@ -90,7 +90,9 @@ export class GraphBuilder {
   /** The KV cache, or null for architectures without one. */
   readonly kv: KvCache | null;
   /** I32 [nTokens] token ids. */
-  readonly tokens: Tensor;
+  readonly tokens: Tensor | null;
+  /** F32 [nEmbd, nTokens] input embeddings, in place of tokens (Step.inputEmbd). */
+  readonly embdIn: Tensor | null;
   /** Additive attention mask [nKv, nTokens]: F32, or F16 for flash attention. */
   readonly mask: Tensor;
   /**
@@ -127,7 +129,9 @@ export class GraphBuilder {
     this.#leaves = o.leaves;
     this.#taps = o.taps;
     const n = o.step.nTokens;
-    this.tokens = o.g.input("inp_tokens", GGMLType.I32, [n]);
+    // A batch carries token ids or embeddings, never both (llama_batch).
+    this.tokens = o.step.inputEmbd ? null : o.g.input("inp_tokens", GGMLType.I32, [n]);
+    this.embdIn = o.step.inputEmbd ? o.g.input("inp_embd", GGMLType.F32, [o.hp.nEmbd, n]) : null;
     if (o.arch.rope !== "none") this.#pos = o.g.input("inp_pos", GGMLType.I32, [n]);
     this.flashAttn = o.kv ? !o.kv.vTrans : o.flashAttn ?? false;
     if (o.kv && o.flashAttn !== undefined && o.flashAttn !== this.flashAttn) {
@@ -172,9 +176,9 @@ export class GraphBuilder {
     return b ? this.g.add(x, this.w(b)) : x;
   }
 
-  /** The token embeddings of the micro-batch (build_inp_embd). */
+  /** The token embeddings of the micro-batch, or its input embeddings (build_inp_embd). */
   embed(tokEmbd: WeightRef): Tensor {
-    return this.g.getRows(this.w(tokEmbd), this.tokens);
+    return this.embdIn ?? this.g.getRows(this.w(tokEmbd), this.tokens!);
   }
 
   /** build_norm: the architecture's norm, times `w`, plus `b`. */
@@ -357,6 +361,7 @@ export class GraphBuilder {
     for (const t of this.#kept.values()) this.g.markOutput(t);
     return {
       tokens: this.tokens,
+      embd: this.embdIn,
       pos: this.#pos,
       mask: this.mask,
       outIds: this.outIds,

@@ -45,12 +45,16 @@ export interface Step {
    * `result_norm`) instead of logits: a decoder context in embeddings mode.
    */
   readonly embeddings?: boolean;
+  /** The micro-batch brings embeddings [nEmbd, nTokens] instead of token ids. */
+  readonly inputEmbd?: boolean;
 }
 
 /** A built graph's inputs, to be filled before compute, and its outputs. */
 export interface ArchGraph {
-  /** I32 [nTokens] token ids. */
-  readonly tokens: Tensor;
+  /** I32 [nTokens] token ids (null when the batch brings embeddings). */
+  readonly tokens: Tensor | null;
+  /** F32 [nEmbd, nTokens] input embeddings, or null. */
+  readonly embd: Tensor | null;
   /** I32 [nTokens] positions, or null when the architecture reads none. */
   readonly pos: Tensor | null;
   /** F32 [nKv, nTokens] additive attention mask. */
