@@ -45,7 +45,10 @@ enum le_op {
   LE_OP_NORM = 12,     /* layer norm without affine; params f32[0] = eps */
   LE_OP_GELU = 13,
   LE_OP_GEGLU = 14,    /* gelu(src0) * src1 (ggml_geglu_split) */
-  /* 15 is left free for FLASH_ATTN_EXT (another branch; remove this note at merge) */
+  LE_OP_FLASH_ATTN_EXT = 15, /* ggml_flash_attn_ext: src0 q F32 [D, n, nHead], src1 k and
+                              * src2 v [D, nKv, nHeadKv] (F16/F32/Q8_0, not transposed),
+                              * src3 optional F16 mask [nKv, >= n]; dst F32 [Dv, nHead, n];
+                              * params f32 scale, max_bias, softcap (0) */
   LE_OP_SSM_CONV = 16, /* ggml_ssm_conv: src0 sx F32 [d_conv-1+n_t, d_inner, n_s], src1 c F32
                         * [d_conv, d_inner]; dst F32 [d_inner, n_t, n_s] */
   LE_OP_SSM_SCAN = 17, /* ggml_ssm_scan: src0 s [d_state, head_dim, n_head, >= n_s], src1 x
@@ -54,6 +57,9 @@ enum le_op {
                         * n_s], src6 ids I32 [n_s]; dst F32 1-D: y (x's element count)
                         * then K states per sequence; params[0] = K */
   LE_OP_CONCAT = 18,   /* src0 ++ src1 along dim params[0] (both F32, may be strided) */
+  LE_OP_HADAMARD = 19, /* rows of ne0 (a power of 2) times the orthonormal Walsh-Hadamard
+                        * matrix: ggml's fast path of a mul_mat hinted
+                        * GGML_HINT_SRC0_IS_HADAMARD (ggml_compute_forward_fwht) */
   LE_OP_COUNT
 };
 

@@ -173,6 +173,10 @@ void le_node_compute(const le_node *node, const le_compute_params *p);
 void le_mul_mat(const le_node *node, const le_compute_params *p);
 int le_mul_mat_check(const le_node *node);
 size_t le_mul_mat_wsize(const le_node *node);
+void le_flash_attn(const le_node *node, const le_compute_params *p);
+size_t le_flash_attn_wsize(const le_node *node, int n_threads);
+/* Whether FLASH_ATTN_EXT takes ggml's split-KV path (needs every thread). */
+int le_flash_attn_split(const le_node *node);
 /* ssm.c */
 void le_ssm_conv(const le_node *node, const le_compute_params *p);
 void le_ssm_scan(const le_node *node, const le_compute_params *p);

@@ -289,12 +289,44 @@ static void op_rope(const le_node *n, const le_compute_params *p) {
   END_ROWS
 }
 
+/* ---- hadamard (ggml_compute_forward_fwht) ---- */
+/* Each row times the orthonormal Walsh-Hadamard matrix: scaled by
+ * 1/sqrt(n) first, then butterflies of growing span. Sums and differences
+ * of two floats round the same whatever the vector width (ggml's SIMD
+ * passes compute u - v as fma(v, -1, u)), so every level is one loop. */
+static void op_hadamard(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s0 = &n->src[0], *d = &n->dst;
+  const int64_t ne0 = d->ne[0];
+  const float scale = 1.0f / sqrtf((float)ne0);
+  FOR_MY_ROWS(d, p)
+  const float *x = (const float *)ROW(s0, i1, i2, i3);
+  float *y = (float *)ROW(d, i1, i2, i3);
+  for (int64_t j = 0; j < ne0; j++) y[j] = x[j] * scale;
+  for (int64_t len = 1; len < ne0; len <<= 1) {
+    for (int64_t i = 0; i < ne0; i += 2 * len) {
+      for (int64_t j = 0; j < len; j++) {
+        const float u = y[i + j], v = y[i + len + j];
+        y[i + j] = u + v;
+        y[i + len + j] = u - v;
+      }
+    }
+  }
+  END_ROWS
+}
+
 /* ---- cpy ---- */
 static void op_cpy(const le_node *n, const le_compute_params *p) {
   const le_tensor *s = &n->src[0], *d = &n->dst;
   const le_type_traits *ts = le_traits(s->type), *td = le_traits(d->type);
   const int same = s->ne[0] == d->ne[0] && s->ne[1] == d->ne[1] && s->ne[2] == d->ne[2] &&
                    s->ne[3] == d->ne[3];
+  if (ts->blck > 1) {
+    /* dequantizing copy (K-shift of a q8_0 cache): whole rows, same shape, f32 dst */
+    FOR_MY_ROWS(d, p)
+    ts->to_float(ROW(s, i1, i2, i3), (float *)ROW(d, i1, i2, i3), d->ne[0]);
+    END_ROWS
+    return;
+  }
   if (td->blck > 1) {
     /* quantizing copy (KV cache in q8_0): whole rows, same shape, f32 src */
     le_from_float_fn q = td->from_float_act ? td->from_float_act : td->from_float_ref;
@@ -380,8 +412,9 @@ static const int8_t min_src[LE_OP_COUNT] = {
     [LE_OP_GET_ROWS] = 2, [LE_OP_RMS_NORM] = 1, [LE_OP_MUL] = 2,  [LE_OP_ADD] = 2,
     [LE_OP_MUL_MAT] = 2,  [LE_OP_ROPE] = 2,     [LE_OP_SOFT_MAX] = 1, [LE_OP_SILU] = 1,
     [LE_OP_SWIGLU] = 2,   [LE_OP_CPY] = 1,      [LE_OP_SCALE] = 1, [LE_OP_NORM] = 1,
-    [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,      [LE_OP_SSM_CONV] = 2, [LE_OP_SSM_SCAN] = 7,
-    [LE_OP_CONCAT] = 2,
+    [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,      [LE_OP_FLASH_ATTN_EXT] = 3,
+    [LE_OP_SSM_CONV] = 2, [LE_OP_SSM_SCAN] = 7,   [LE_OP_CONCAT] = 2,
+    [LE_OP_HADAMARD] = 1,
 };
 
 int le_node_check(const le_node *n) {
@@ -407,6 +440,8 @@ size_t le_node_wsize(const le_node *n, int n_threads) {
       return (size_t)(n->dst.ne[0] + 16) * 4 * (size_t)n_threads;
     case LE_OP_MUL_MAT:
       return le_mul_mat_wsize(n);
+    case LE_OP_FLASH_ATTN_EXT:
+      return le_flash_attn_wsize(n, n_threads);
     default:
       return 0;
   }
@@ -428,6 +463,8 @@ void le_node_compute(const le_node *n, const le_compute_params *p) {
     case LE_OP_ROPE: op_rope(n, p); break;
     case LE_OP_CPY: op_cpy(n, p); break;
     case LE_OP_MUL_MAT: le_mul_mat(n, p); break;
+    case LE_OP_FLASH_ATTN_EXT: le_flash_attn(n, p); break;
+    case LE_OP_HADAMARD: op_hadamard(n, p); break;
     case LE_OP_SSM_CONV: le_ssm_conv(n, p); break;
     case LE_OP_SSM_SCAN: le_ssm_scan(n, p); break;
     case LE_OP_CONCAT: op_concat(n, p); break;

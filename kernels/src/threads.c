@@ -255,6 +255,10 @@ static int le_scratch_ok(le_scratch a, le_scratch b) {
  * scratch use cannot collide. */
 static int le_independent(const le_node *g, const le_node *j, le_scratch sg, le_scratch sj) {
   if (!le_scratch_ok(sg, sj)) return 0;
+  /* split-KV flash attention shares its partial sums across threads */
+  if ((g->op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(g)) ||
+      (j->op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(j)))
+    return 0;
   const le_span gd = le_span_of(&g->dst), jd = le_span_of(&j->dst);
   if (le_overlap(gd, jd)) return 0;
   for (int k = 0; k < g->n_src && k < LE_MAX_SRC; k++)
@@ -271,6 +275,8 @@ static int le_solo(const le_node *n) {
   const le_tensor *d = &n->dst;
   const int64_t nd = d->ne[0] * d->ne[1] * d->ne[2] * d->ne[3];
   if (n->op == LE_OP_MUL_MAT) return nd * n->src[0].ne[0] <= LE_SOLO_MACS;
+  /* ggml's split-KV flash attention cuts the cache by thread count */
+  if (n->op == LE_OP_FLASH_ATTN_EXT) return !le_flash_attn_split(n) && nd <= LE_SOLO_ELEMS;
   return nd <= LE_SOLO_ELEMS;
 }
 

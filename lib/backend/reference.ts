@@ -229,6 +229,15 @@ function cpy(n: ExecNode): void {
     });
     return;
   }
+  if (ggmlTypeInfo(a.type)!.blockSize > 1) {
+    // dequantizing copy: same shape, whole rows
+    const x = new Float64Array(a.ne[0]);
+    forRows(a, (i1, i2, i3) => {
+      readRow(a, i1, i2, i3, x);
+      writeRow(d, i1, i2, i3, x);
+    });
+    return;
+  }
   // element-wise in logical row-major order; dst shape may differ
   const sv = viewOf(a.data.buffer), dv = viewOf(d.data.buffer);
   let j = 0;
@@ -259,6 +268,59 @@ function concat(n: ExecNode): void {
       const at = s.data.offset + o[0] * s.nb[0] + o[1] * s.nb[1] + o[2] * s.nb[2] + o[3] * s.nb[3];
       setF(d, dv, rowOff(d, i1, i2, i3) + i0 * d.nb[0], getF(s, fromA ? av : bv, at));
     }
+  });
+}
+
+/**
+ * ggml_flash_attn_ext: per query row, softmax(q·k * scale + slope * mask) v
+ * in float64, with q rounded to K's vec_dot type first as ggml does (its
+ * online softmax and f16/f32 accumulators are accumulation order only).
+ */
+function flashAttnExt(n: ExecNode): void {
+  const [q, k, v, m] = n.src, d = n.dst;
+  const scale = f(n, 0), maxBias = f(n, 1);
+  const DK = k.ne[0], DV = v.ne[0], nKv = k.ne[1];
+  const nHead = q.ne[2], log2 = 2 ** Math.floor(Math.log2(nHead));
+  const m0 = 2 ** (-maxBias / log2), m1 = 2 ** (-(maxBias / 2) / log2);
+  const vdt = vecDotType(k.type)!;
+  const qr = new Float64Array(DK), kr = new Float64Array(DK), vr = new Float64Array(DV);
+  const mask = m ? new Float64Array(m.ne[0]) : null;
+  const s = new Float64Array(nKv), out = new Float64Array(DV);
+  const dv = viewOf(d.data.buffer);
+  forRows(q, (i1, i2, i3) => {
+    const slope = maxBias > 0 ? (i2 < log2 ? m0 ** (i2 + 1) : m1 ** (2 * (i2 - log2) + 1)) : 1;
+    readRow(q, i1, i2, i3, qr);
+    roundActivations(vdt, qr);
+    if (m && mask) readRow(m, i1, i2 % m.ne[2], i3 % m.ne[3], mask);
+    const ik2 = Math.floor(i2 / (q.ne[2] / k.ne[2])), ik3 = Math.floor(i3 / (q.ne[3] / k.ne[3]));
+    const iv2 = Math.floor(i2 / (q.ne[2] / v.ne[2])), iv3 = Math.floor(i3 / (q.ne[3] / v.ne[3]));
+    let max = -Infinity;
+    for (let j = 0; j < nKv; j++) {
+      const mv = mask ? slope * mask[j] : 0;
+      if (mv === -Infinity) {
+        s[j] = -Infinity;
+        continue;
+      }
+      readRow(k, j, ik2, ik3, kr);
+      let dot = 0;
+      for (let c = 0; c < DK; c++) dot += qr[c] * kr[c];
+      s[j] = dot * scale + mv;
+      max = Math.max(max, s[j]);
+    }
+    out.fill(0);
+    let sum = 0;
+    if (max > -Infinity) {
+      for (let j = 0; j < nKv; j++) {
+        if (s[j] === -Infinity) continue;
+        const w = Math.exp(s[j] - max);
+        sum += w;
+        readRow(v, j, iv2, iv3, vr);
+        for (let c = 0; c < DV; c++) out[c] += w * vr[c];
+      }
+    }
+    // dst [Dv, nHead, n, ..]: row (head i2, token i1); a fully masked row is 0
+    const off = d.data.offset + i2 * d.nb[1] + i1 * d.nb[2] + i3 * d.nb[3];
+    for (let c = 0; c < DV; c++) dv.setFloat32(off + 4 * c, sum > 0 ? out[c] / sum : 0, true);
   });
 }
 
@@ -318,6 +380,23 @@ export function referenceCompute(n: ExecNode): void {
       return unaryRows(n, (x) => x.forEach((v, i) => (x[i] = v * f(n, 0) + f(n, 1))));
     case Op.CPY:
       return cpy(n);
+    case Op.FLASH_ATTN_EXT:
+      return flashAttnExt(n);
+    case Op.HADAMARD:
+      return unaryRows(n, (x) => {
+        // ggml_compute_forward_fwht in float: each sum and difference rounded
+        const fr = Math.fround, len0 = x.length, s = fr(1 / fr(Math.sqrt(len0)));
+        for (let j = 0; j < len0; j++) x[j] = fr(x[j] * s);
+        for (let len = 1; len < len0; len <<= 1) {
+          for (let i = 0; i < len0; i += 2 * len) {
+            for (let j = 0; j < len; j++) {
+              const u = x[i + j], v = x[i + len + j];
+              x[i + j] = fr(u + v);
+              x[i + len + j] = fr(u - v);
+            }
+          }
+        }
+      });
     case Op.SSM_CONV:
       return ssmConv(n);
     case Op.SSM_SCAN:

@@ -11,7 +11,15 @@
  */
 import type { BufferRef, Dims } from "../ggml/memory.ts";
 import { GGMLType } from "../ggml/types.ts";
-import { f32Bits, Op, opViolation, RopeMode, RopeParam, SsmScanParam } from "./ops.ts";
+import {
+  f32Bits,
+  FlashAttnParam,
+  Op,
+  opViolation,
+  RopeMode,
+  RopeParam,
+  SsmScanParam,
+} from "./ops.ts";
 
 export type { BufferRef, Dims } from "../ggml/memory.ts";
 export { Tensor } from "./tensor.ts";
@@ -53,6 +61,16 @@ export interface SoftMaxOptions {
   /** Multiplier applied before the mask. Default 1. */
   scale?: number;
   /** ALiBi max bias (needs a mask). Default 0. */
+  maxBias?: number;
+}
+
+/** Options of {@link Graph.flashAttnExt}. */
+export interface FlashAttnOptions {
+  /** F16 additive mask [nKv, >= nTokens], or none. */
+  mask?: Tensor;
+  /** kq scale. Default 1. */
+  scale?: number;
+  /** ALiBi max bias. Default 0. */
   maxBias?: number;
 }
 
@@ -283,6 +301,49 @@ export class Graph {
     return this.#ruled("softMax", t);
   }
 
+  /**
+   * ggml_flash_attn_ext: softmax(q·k * scale + mask) v per head, for q
+   * [D, nTokens, nHead], k [D, nKv, nHeadKv] and v [Dv, nKv, nHeadKv] (not
+   * transposed); the result is [Dv, nHead, nTokens] (ggml's permuted layout,
+   * contiguous).
+   */
+  flashAttnExt(q: Tensor, k: Tensor, v: Tensor, o: FlashAttnOptions = {}): Tensor {
+    this.#check(q), this.#check(k), this.#check(v);
+    const m = o.mask;
+    if (m) this.#check(m);
+    const ne: Dims = [v.ne[0], q.ne[2], q.ne[1], q.ne[3]];
+    const t = this.#op(
+      Op.FLASH_ATTN_EXT,
+      "flash_attn_ext",
+      GGMLType.F32,
+      ne,
+      m ? [q, k, v, m] : [q, k, v],
+    );
+    t.params[FlashAttnParam.SCALE] = f32Bits(o.scale ?? 1);
+    t.params[FlashAttnParam.MAX_BIAS] = f32Bits(o.maxBias ?? 0);
+    t.params[FlashAttnParam.SOFTCAP] = f32Bits(0);
+    return this.#ruled("flashAttnExt", t);
+  }
+
+  /**
+   * x times the orthonormal n×n Walsh-Hadamard matrix in blocks of n
+   * elements (llama_mul_mat_hadamard: a mul_mat that ggml-cpu runs as a fast
+   * transform); same shape as x. n is a power of 2 dividing x's element count.
+   */
+  hadamard(x: Tensor, n: number): Tensor {
+    this.#check(x);
+    const total = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3];
+    if (!(Number.isInteger(n) && n >= 2 && (n & (n - 1)) === 0 && total % n === 0)) {
+      throw new GraphError(`hadamard: block ${n} must be a power of 2 dividing ${x.describe()}`);
+    }
+    const rows = x.isContiguous ? this.reshape(x, [n, total / n]) : this.cont(x, [n, total / n]);
+    const h = this.#ruled(
+      "hadamard",
+      this.#op(Op.HADAMARD, "hadamard", x.type, [...rows.ne] as Dims, [rows]),
+    );
+    return this.reshape(h, [...x.ne]);
+  }
+
   #unary(op: Op, what: string, x: Tensor): Tensor {
     this.#check(x);
     return this.#ruled(what, this.#op(op, what, x.type, [...x.ne] as Dims, [x]));
@@ -400,6 +461,12 @@ export class Graph {
   cpy(a: Tensor, dst: Tensor): Tensor {
     this.#check(a), this.#check(dst);
     return this.#ruled("cpy", this.#inplace(Op.CPY, `cpy->${dst.root.name}`, dst, [a, dst]));
+  }
+
+  /** A packed copy of x converted to `type` (ggml_cast). */
+  cast(x: Tensor, type: number): Tensor {
+    this.#check(x);
+    return this.#ruled("cast", this.#op(Op.CPY, "cast", type, [...x.ne] as Dims, [x]));
   }
 
   /** A packed copy of x, optionally with a new shape of the same element count. */

@@ -29,10 +29,11 @@ export const Op = {
   NORM: 12,
   GELU: 13,
   GEGLU: 14,
-  // 15 is left free for FLASH_ATTN_EXT (another branch; remove this note at merge)
+  FLASH_ATTN_EXT: 15,
   SSM_CONV: 16,
   SSM_SCAN: 17,
   CONCAT: 18,
+  HADAMARD: 19,
 } as const;
 
 /** A graph op code. */
@@ -42,6 +43,12 @@ export type Op = typeof Op[keyof typeof Op];
 export const MAX_PARAMS = 16;
 /** Most sources an op takes. */
 export const MAX_SRC = 7;
+
+/** Parameter slots of FLASH_ATTN_EXT (f32 bit patterns). */
+export const FlashAttnParam = { SCALE: 0, MAX_BIAS: 1, SOFTCAP: 2 } as const;
+
+/** Cache types FLASH_ATTN_EXT reads for K and V (ggml-cpu's kernel takes any type with a vec_dot; these are the ones we build caches in). */
+export const FLASH_ATTN_KV_TYPES: readonly number[] = [GGMLType.F32, GGMLType.F16, GGMLType.Q8_0];
 
 /** Parameter slots of ROPE (f32 values are stored as bit patterns). */
 export const RopeParam = {
@@ -331,9 +338,18 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
   [Op.GEGLU]: GLU,
   [Op.CPY]: {
     src: [1, 1],
-    types: (d, [s0]) => FLOAT_TYPES.includes(s0) && CPY_DST_TYPES.includes(d),
+    types: (d, [s0]) =>
+      (FLOAT_TYPES.includes(s0) && CPY_DST_TYPES.includes(d)) || (s0 === Q8_0 && d === F32),
     layout(d, [a]) {
       if (nel(a) !== nel(d)) return "element counts differ";
+      if (ggmlTypeInfo(a.type)!.blockSize > 1) {
+        // dequantizing copy (ggml_cast of a quantized cache view): whole rows
+        if (!(sameShape(a, d) && rowsOf(d, F32))) {
+          return "dequantizing copy: same shape, contiguous F32 dst";
+        }
+        if (a.nb[0] !== typeSize(a.type)) return "quantized src rows must be contiguous";
+        return;
+      }
       if (ggmlTypeInfo(d.type)!.blockSize > 1) {
         if (!(sameShape(a, d) && rowsOf(a, F32))) {
           return "quantizing copy: same shape, contiguous F32 src";
@@ -360,6 +376,57 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
   },
   [Op.NORM]: UNARY,
   [Op.GELU]: UNARY,
+  [Op.HADAMARD]: {
+    src: [1, 1],
+    types: UNARY.types,
+    layout(d, [a], params) {
+      const base = UNARY.layout!(d, [a], params);
+      if (base) return base;
+      const n = a.ne[0];
+      if (!(n >= 2 && (n & (n - 1)) === 0)) return `row length ${n} must be a power of 2`;
+    },
+  },
+  [Op.FLASH_ATTN_EXT]: {
+    src: [3, 4],
+    types: (d, [q, k, v, m]) =>
+      d === F32 && q === F32 && FLASH_ATTN_KV_TYPES.includes(k) &&
+      FLASH_ATTN_KV_TYPES.includes(v) && (m === undefined || m === F16),
+    layout(d, [q, k, v, m], params) {
+      if (!(rowsOf(q, F32) && k.nb[0] === typeSize(k.type) && v.nb[0] === typeSize(v.type))) {
+        return "q, k and v rows must be contiguous";
+      }
+      if (!(q.ne[0] === k.ne[0] && k.ne[1] === v.ne[1])) {
+        return "shapes: q [D, n, h], k [D, nKv, hKv], v [Dv, nKv, hKv]";
+      }
+      if (!(k.ne[2] > 0 && v.ne[2] > 0 && q.ne[2] % k.ne[2] === 0 && q.ne[2] % v.ne[2] === 0)) {
+        return "k/v heads must divide q heads";
+      }
+      if (!(k.ne[3] > 0 && v.ne[3] > 0 && q.ne[3] % k.ne[3] === 0 && q.ne[3] % v.ne[3] === 0)) {
+        return "k/v dim 3 must divide q's";
+      }
+      if (
+        !(d.ne[0] === v.ne[0] && d.ne[1] === q.ne[2] && d.ne[2] === q.ne[1] && d.ne[3] === q.ne[3])
+      ) {
+        return "dst must be [Dv, nHead, n, ne3 of q]";
+      }
+      if (!(rowsOf(d, F32) && d.nb[1] === 4 * d.ne[0] && d.nb[2] === d.nb[1] * d.ne[1])) {
+        return "dst must be contiguous";
+      }
+      const bs = (t: Operand) => ggmlTypeInfo(t.type)!.blockSize;
+      if (k.ne[0] % bs(k) !== 0 || v.ne[0] % bs(v) !== 0) {
+        return "D must be a multiple of the block";
+      }
+      if (m) {
+        if (m.nb[0] !== 2) return "mask rows must be contiguous";
+        if (!(m.ne[0] === k.ne[1] && m.ne[1] >= q.ne[1])) return "mask must be [nKv, >= n, ..]";
+        if (!(m.ne[2] > 0 && m.ne[3] > 0 && q.ne[2] % m.ne[2] === 0 && q.ne[3] % m.ne[3] === 0)) {
+          return "mask dims 2,3 must divide q's";
+        }
+      }
+      if (bitsF32(params[FlashAttnParam.SOFTCAP]) !== 0) return "logit softcap is not implemented";
+      if (!(bitsF32(params[FlashAttnParam.MAX_BIAS]) >= 0)) return "max_bias must be >= 0";
+    },
+  },
   [Op.SSM_CONV]: SSM_CONV,
   [Op.SSM_SCAN]: SSM_SCAN,
 };

@@ -48,6 +48,7 @@ import {
   type ContextDecodeOptions,
   type ContextOptions,
   type DecodeResult,
+  type KvType,
   validateContextOptions,
   validateDecode,
 } from "./options.ts";
@@ -57,6 +58,7 @@ export type {
   ContextDecodeOptions,
   ContextOptions,
   DecodeResult,
+  KvType,
 } from "./options.ts";
 import { OptionChecker } from "../options.ts";
 import type { MemoryOps } from "./lease.ts";
@@ -69,7 +71,8 @@ interface Shape {
   nSeqMax: number;
   embeddings: boolean;
   threads?: number;
-  kvType: "f16" | "f32";
+  kvType: KvType;
+  flashAttn: boolean;
 }
 
 interface Parts {
@@ -88,6 +91,13 @@ interface Leftovers {
   backends: Backend[];
   use: ModelUse;
 }
+
+/** The ggml type of each cache type. */
+const KV_GGML_TYPE: Readonly<Record<KvType, number>> = {
+  f16: GGMLType.F16,
+  f32: GGMLType.F32,
+  q8_0: GGMLType.Q8_0,
+};
 
 const forgotten = new FinalizationRegistry<Leftovers>(({ backends, use }) => {
   // Backends own every native allocation (cache, arenas, thread pool).
@@ -131,7 +141,9 @@ export class Context implements Disposable, AsyncDisposable {
   /** CPU threads asked for (undefined: physical cores). */
   readonly threads: number | undefined;
   /** KV cache element type. */
-  readonly kvType: "f16" | "f32";
+  readonly kvType: "f16" | "f32" | "q8_0";
+  /** Whether attention is one flash-attention op ({@link ContextOptions.flashAttn}). */
+  readonly flashAttn: boolean;
   /** The backend choice this context was created with (`backend`, or `backends` and `layerSplit`). */
   readonly backendChoice: BackendChoice;
   /** "Context #N (nCtx …, backend)": how errors name this context. */
@@ -164,6 +176,7 @@ export class Context implements Disposable, AsyncDisposable {
     this.label = label;
     this.threads = p.o.threads;
     this.kvType = p.o.kvType;
+    this.flashAttn = p.o.flashAttn;
     this.backendChoice = p.choice;
     this.nCtx = p.o.nCtx;
     this.nBatch = p.o.nBatch;
@@ -184,6 +197,7 @@ export class Context implements Disposable, AsyncDisposable {
       nUbatch: p.o.nUbatch,
       nSeqMax: p.o.nSeqMax,
       embeddings: p.o.embeddings,
+      flashAttn: p.o.flashAttn,
       closer: this.#closer.signal,
       isOpen: () => this.#state === "open",
     });
@@ -218,6 +232,7 @@ export class Context implements Disposable, AsyncDisposable {
       embeddings: (options.embeddings ?? false) || model.arch.output === "embeddings",
       threads: options.threads,
       kvType: options.kvType ?? "f16",
+      flashAttn: options.flashAttn ?? false,
     };
     const id = nextId++;
     const label = `Context #${id} (nCtx ${nCtx}, ${choiceLabel(choice)})`;
@@ -234,6 +249,7 @@ export class Context implements Disposable, AsyncDisposable {
     const backends = await openBackends(plan, options.threads, stack);
     const assign = layerAssignment(plan, backends);
     const hasKv = model.arch.memory === "kv";
+    const cacheType = KV_GGML_TYPE[o.kvType];
     const newKv = (pick: (layer: number) => Backend) =>
       !hasKv ? null : new KvCache({
         size: nCtx,
@@ -241,8 +257,10 @@ export class Context implements Disposable, AsyncDisposable {
         nHeadKv: hp.nHeadKv,
         nEmbdHeadK: hp.headDimK,
         nEmbdHeadV: hp.headDimV,
-        typeK: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
-        typeV: o.kvType === "f32" ? GGMLType.F32 : GGMLType.F16,
+        typeK: cacheType,
+        typeV: cacheType,
+        // build_attn_mha's flash path reads V untransposed (llama.cpp's v_trans = !flash_attn).
+        vTrans: !o.flashAttn,
         nSeqMax: o.nSeqMax,
         backend: pick,
       });
@@ -265,13 +283,20 @@ export class Context implements Disposable, AsyncDisposable {
     const worst = (kv: KvCache | null, rs: RecurrentMemory | null) => {
       // A recurrent slot spanning every cell, one of them zeroed.
       if (rs) Object.assign(rs, { head: 0, n: rs.size, rsZ: 0 });
-      const g = buildGraph(model, kv, taps, {
-        nTokens: n,
-        nOutputs: n,
-        nKv: kv ? nCtx : rs ? 1 : n,
-        slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
-        embeddings: o.embeddings,
-      }, rs).g;
+      const g = buildGraph(
+        model,
+        kv,
+        taps,
+        {
+          nTokens: n,
+          nOutputs: n,
+          nKv: kv ? nCtx : rs ? 1 : n,
+          slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
+          embeddings: o.embeddings,
+        },
+        rs,
+        o.flashAttn,
+      ).g;
       if (rs) Object.assign(rs, { head: 0, n: 0, rsZ: -1 });
       return g;
     };

@@ -8,6 +8,7 @@
  * @module
  */
 import type { Graph } from "../graph/graph.ts";
+import { GGMLType } from "../ggml/types.ts";
 import { type Batch, BatchSplitter, type Ubatch } from "../kv/batch.ts";
 import type { KvCache, SlotInfo, SlotUndo } from "../kv/cache.ts";
 import { KvError } from "../kv/cells.ts";
@@ -46,6 +47,8 @@ export interface DecoderParts {
   readonly nSeqMax: number;
   /** Outputs are hidden states. */
   readonly embeddings: boolean;
+  /** Flash attention (architectures without a cache; with one, the cache's layout says). */
+  readonly flashAttn?: boolean;
   /** Aborted when the context is disposed. */
   readonly closer: AbortSignal;
   /** Whether the context is still open (the cache may be touched). */
@@ -62,10 +65,11 @@ export class Decoder {
   readonly #nUbatch: number;
   readonly #nSeqMax: number;
   readonly #embeddings: boolean;
+  readonly #flashAttn: boolean;
   readonly #closer: AbortSignal;
   readonly #isOpen: () => boolean;
   #splitter = new BatchSplitter();
-  #mask = new Float32Array(0);
+  #mask: Float32Array | Uint16Array = new Float32Array(0);
   // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
   #last: { key: string; g: Graph; io: ArchGraph } | null = null;
   /** Values of the debugging taps from the last graph run (ggml element order). */
@@ -81,6 +85,7 @@ export class Decoder {
     this.#nUbatch = p.nUbatch;
     this.#nSeqMax = p.nSeqMax;
     this.#embeddings = p.embeddings;
+    this.#flashAttn = p.flashAttn ?? false;
     this.#closer = p.closer;
     this.#isOpen = p.isOpen;
   }
@@ -287,15 +292,22 @@ export class Decoder {
     } else if (!last || kv) {
       last = null;
       this.#last = null; // until the new plan is in place
-      const { g, io } = buildGraph(this.#model, kv, this.#taps, {
-        nTokens: ub.nTokens,
-        nOutputs: outRows.length,
-        nKv,
-        slot,
-        embeddings: this.#embeddings,
-        inputEmbd: !ub.token,
-        nSeqs: rs ? ub.nSeqs : undefined,
-      }, rs);
+      const { g, io } = buildGraph(
+        this.#model,
+        kv,
+        this.#taps,
+        {
+          nTokens: ub.nTokens,
+          nOutputs: outRows.length,
+          nKv,
+          slot,
+          embeddings: this.#embeddings,
+          inputEmbd: !ub.token,
+          nSeqs: rs ? ub.nSeqs : undefined,
+        },
+        rs,
+        this.#flashAttn,
+      );
       sched.alloc(g);
       last = this.#last = { key, g, io };
     }
@@ -307,8 +319,10 @@ export class Decoder {
       // No attention: the states' source cells instead of a mask.
       sched.setInput(io.sCopy!, rs.sCopy());
     } else {
-      if (this.#mask.length !== nKv * ub.nTokens) {
-        this.#mask = new Float32Array(nKv * ub.nTokens);
+      // F16 bits for flash attention's mask.
+      const half = io.mask.type === GGMLType.F16;
+      if (this.#mask.length !== nKv * ub.nTokens || (this.#mask instanceof Uint16Array) !== half) {
+        this.#mask = half ? new Uint16Array(nKv * ub.nTokens) : new Float32Array(nKv * ub.nTokens);
       }
       // Without a cache, non-causal whatever attention.causal says: llama.cpp's
       // encode (which llama_decode runs for such models) always is.

@@ -5,11 +5,11 @@
  * @module
  */
 import { Graph, type Tensor } from "../graph/graph.ts";
-import { GGMLType } from "../ggml/types.ts";
+import { GGMLType, ggmlTypeInfo } from "../ggml/types.ts";
 import type { Ubatch } from "../kv/batch.ts";
 import type { KvCache } from "../kv/cache.ts";
 import type { RecurrentMemory } from "../kv/recurrent.ts";
-import { GraphBuilder } from "../model/arch/builder.ts";
+import { cacheRotation, GraphBuilder } from "../model/arch/builder.ts";
 import type { ArchGraph, Step } from "../model/arch/types.ts";
 import type { Model } from "../model/model.ts";
 import { WeightLeaves } from "../model/weights.ts";
@@ -21,6 +21,7 @@ export function buildGraph(
   taps: ReadonlySet<string> | undefined,
   step: Step,
   rs: RecurrentMemory | null = null,
+  flashAttn = false,
 ): { g: Graph; io: ArchGraph } {
   const g = new Graph();
   const b = new GraphBuilder({
@@ -32,6 +33,7 @@ export function buildGraph(
     rs,
     step,
     taps,
+    flashAttn,
   });
   const out = model.arch.build(b, model.weights);
   return { g, io: b.finish(out) };
@@ -42,13 +44,15 @@ export function buildGraph(
  * (llama.cpp's no-cache attention input): a token sees the tokens of its
  * own sequence, and with `causal` only those at earlier or equal positions.
  */
-export function encoderMask(ub: Ubatch, causal: boolean, out: Float32Array): void {
+export function encoderMask(ub: Ubatch, causal: boolean, out: Float32Array | Uint16Array): void {
   const n = ub.nTokens;
+  // F16 bits (flash attention's mask): 0 and -inf
+  const [zero, drop] = out instanceof Uint16Array ? [0, 0xfc00] : [0, -Infinity];
   for (let i = 0; i < n; i++) {
     for (let j = 0; j < n; j++) {
       const same = ub.seqId[i].some((s) => ub.seqId[j].includes(s));
       const seen = same && (!causal || ub.pos[j] <= ub.pos[i]);
-      out[i * n + j] = seen ? 0 : -Infinity;
+      out[i * n + j] = seen ? zero : drop;
     }
   }
 }
@@ -75,9 +79,23 @@ export function buildShiftGraph(model: Model, kv: KvCache): ShiftGraph {
   // The forward pass sees the whole unified cache as one sequence's context.
   const ref = model.arch.ropeFactors?.(model.weights, hp, kv.size);
   const rope = { ...hp.rope, inplace: true, freqFactors: ref ? leaves.get(ref) : undefined };
+  const quantized = ggmlTypeInfo(kv.typeK)!.blockSize > 1;
+  const rot = cacheRotation(kv, hp);
   for (let il = 0; il < kv.nLayer; il++) {
     g.setLayer(il);
-    g.expand(g.rope(kv.kShiftView(g, il, hp.rope.nDims), shift, rope));
+    const k = kv.kShiftView(g, il, hp.rope.nDims);
+    if (quantized) {
+      // build_rope_shift: dequantize to f32, rope, quantize back.
+      // With llama.cpp's Hadamard rotation of the cache (an orthonormal,
+      // symmetric matrix): rotated back before the rope and again after.
+      let f = g.cast(k, GGMLType.F32);
+      if (rot.k) f = g.hadamard(f, rot.k);
+      f = g.rope(f, shift, { ...rope, inplace: false });
+      if (rot.k) f = g.hadamard(f, rot.k);
+      g.expand(g.cpy(f, k));
+    } else {
+      g.expand(g.rope(k, shift, rope));
+    }
   }
   g.setLayer(-1);
   return { g, shift };

@@ -2,7 +2,7 @@
  * Checks of the options {@link Context.create} and {@link Context.decode}
  * take, run at the top of each so that a bad value is an
  * {@link OptionError} naming it instead of a silent default (`kvType:
- * "q8_0"` built as f16) or a failure deep inside the graph. Model.load's
+ * "q4_0"` built as f16) or a failure deep inside the graph. Model.load's
  * checks are lib/model/options.ts: a model does not depend on the runtime.
  *
  * @module
@@ -44,8 +44,22 @@ export interface ContextOptions {
   embeddings?: boolean;
   /** CPU threads; default: physical cores. */
   threads?: number;
-  /** KV cache element type. Default "f16" (llama.cpp's default). */
-  kvType?: "f16" | "f32";
+  /**
+   * KV cache element type (K and V). Default "f16" (llama.cpp's default).
+   * "q8_0" needs {@link ContextOptions.flashAttn} (llama.cpp stores a
+   * quantized V cache only with flash attention) and head sizes that are
+   * multiples of 32; with head sizes divisible by 64 the cache holds keys
+   * and values times a Walsh-Hadamard matrix, as llama.cpp's.
+   */
+  kvType?: "f16" | "f32" | "q8_0";
+  /**
+   * Attention as one flash-attention op (llama.cpp's flash_attn_type
+   * enabled: ggml_flash_attn_ext over a non-transposed V cache, F16 mask)
+   * instead of kq mul_mat, soft_max and kqv mul_mat. The logits follow
+   * llama.cpp with flash attention on, which rounds differently from off.
+   * Default false.
+   */
+  flashAttn?: boolean;
   /**
    * Where layers run: "cpu" (native kernels), "ref" (pure TypeScript), or
    * `{ cpuLayers: k }` — layers below k on the CPU backend, the rest (and
@@ -109,7 +123,10 @@ export interface ContextDecodeOptions {
 }
 
 /** The KV cache types contexts build. */
-export const KV_TYPES = ["f16", "f32"] as const;
+export const KV_TYPES = ["f16", "f32", "q8_0"] as const;
+
+/** A KV cache element type ({@link ContextOptions.kvType}). */
+export type KvType = typeof KV_TYPES[number];
 
 const CONTEXT_KEYS = [
   "nCtx",
@@ -119,6 +136,7 @@ const CONTEXT_KEYS = [
   "embeddings",
   "threads",
   "kvType",
+  "flashAttn",
   "backend",
   "backends",
   "layerSplit",
@@ -137,14 +155,20 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
   c.int("nSeqMax", o.nSeqMax, 1, MAX_SEQ);
   c.bool("embeddings", o.embeddings);
   c.int("threads", o.threads, 1, MAX_THREADS);
+  c.bool("flashAttn", o.flashAttn);
   if (o.kvType !== undefined && !(KV_TYPES as readonly unknown[]).includes(o.kvType)) {
-    // q8_0/q4_0 caches need a non-transposed V, i.e. flash attention, which
-    // the graph does not have yet; building them as f16 would hide that.
-    c.fail(
-      "kvType",
-      o.kvType,
-      `"f16", "f32" (quantized KV caches need flash attention, not implemented)`,
-    );
+    // Building another type as f16 would hide the choice.
+    c.fail("kvType", o.kvType, `"f16", "f32", "q8_0"`);
+  }
+  if (o.kvType === "q8_0") {
+    // llama_init_from_model: "quantized V cache requires flash_attn to be enabled".
+    if (o.flashAttn !== true) {
+      c.fail("kvType", o.kvType, `"f16", "f32" (q8_0 needs flashAttn: true)`);
+    }
+    const dims = [hp.headDimK, hp.headDimV];
+    if (dims.some((d) => d % 32 !== 0)) {
+      c.fail("kvType", o.kvType, `"f16", "f32" (head sizes ${dims} are not multiples of 32)`);
+    }
   }
   const b = o.backend as unknown;
   if (b !== undefined && b !== "cpu" && b !== "ref") {

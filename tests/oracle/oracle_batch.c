@@ -30,6 +30,25 @@ void *ob_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int3
   return llama_init_from_model((struct llama_model *)m, p);
 }
 
+/* ob_ctx_new with flash attention ON (LLAMA_FLASH_ATTN_TYPE_ENABLED): the
+ * oracle of our flashAttn contexts, the only ones with a quantized V cache. */
+void *ob_ctx_new_fa(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
+                    int32_t n_threads, int32_t type_k, int32_t type_v) {
+  struct llama_context_params p = llama_context_default_params();
+  p.n_ctx = (uint32_t)n_ctx;
+  p.n_batch = (uint32_t)n_batch;
+  p.n_ubatch = (uint32_t)n_ubatch;
+  p.n_seq_max = (uint32_t)n_seq_max;
+  p.n_threads = n_threads;
+  p.n_threads_batch = n_threads;
+  p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+  p.type_k = (enum ggml_type)type_k;
+  p.type_v = (enum ggml_type)type_v;
+  p.kv_unified = true;
+  p.no_perf = 1;
+  return llama_init_from_model((struct llama_model *)m, p);
+}
+
 /* llama_n_ctx: the context size after llama.cpp's padding (the KV cells). */
 int32_t ob_n_ctx(void *c) { return (int32_t)llama_n_ctx((struct llama_context *)c); }
 

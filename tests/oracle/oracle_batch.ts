@@ -14,6 +14,10 @@ const SYMBOLS = {
     parameters: ["pointer", "i32", "i32", "i32", "i32", "i32", "i32", "i32"],
     result: "pointer",
   },
+  ob_ctx_new_fa: {
+    parameters: ["pointer", "i32", "i32", "i32", "i32", "i32", "i32", "i32"],
+    result: "pointer",
+  },
   ob_n_ctx: { parameters: ["pointer"], result: "i32" },
   ob_decode: {
     parameters: ["pointer", "i32", "buffer", "buffer", "buffer", "buffer", "buffer"],
@@ -50,6 +54,8 @@ export interface OracleBatchOptions {
   typeK?: number;
   /** ggml type id of the V cache. Default 1 (F16). */
   typeV?: number;
+  /** Flash attention on (needed for a quantized V cache). Default false. */
+  flashAttn?: boolean;
 }
 
 /** A general batch, as llama_batch holds it. */
@@ -93,7 +99,7 @@ export class OracleBatchContext implements Disposable {
     this.nSeqMax = nSeqMax;
   }
 
-  /** Creates a context for `model` (kv_unified, flash attention off). */
+  /** Creates a context for `model` (kv_unified, flash attention off unless `flashAttn`). */
   static async create(
     model: OracleModel,
     opts: OracleBatchOptions = {},
@@ -102,7 +108,7 @@ export class OracleBatchContext implements Disposable {
     const s = lib.symbols;
     const nBatch = opts.nBatch ?? 256;
     const nSeqMax = opts.nSeqMax ?? 1;
-    const ctx = s.ob_ctx_new(
+    const ctx = (opts.flashAttn ? s.ob_ctx_new_fa : s.ob_ctx_new)(
       model.ptr,
       opts.nCtx ?? 256,
       nBatch,

@@ -31,6 +31,21 @@ void *oe_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
   return llama_init_from_model((struct llama_model *)m, p);
 }
 
+/* oe_ctx_new with flash attention ON (k and v cast to F16, an F16 mask). */
+void *oe_ctx_new_fa(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
+  struct llama_context_params p = llama_context_default_params();
+  p.n_ctx = (uint32_t)n_ctx;
+  p.n_batch = (uint32_t)n_batch;
+  p.n_ubatch = (uint32_t)n_batch;
+  p.n_threads = n_threads;
+  p.n_threads_batch = n_threads;
+  p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+  p.embeddings = true;
+  p.pooling_type = LLAMA_POOLING_TYPE_NONE;
+  p.no_perf = 1;
+  return llama_init_from_model((struct llama_model *)m, p);
+}
+
 /* llama_model_n_embd: the width of one hidden state. */
 int32_t oe_n_embd(void *m) { return llama_model_n_embd((struct llama_model *)m); }
 

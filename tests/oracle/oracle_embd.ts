@@ -15,6 +15,7 @@ import { openOracle, type OracleModel } from "./oracle.ts";
 
 const SYMBOLS = {
   oe_ctx_new: { parameters: ["pointer", "i32", "i32", "i32"], result: "pointer" },
+  oe_ctx_new_fa: { parameters: ["pointer", "i32", "i32", "i32"], result: "pointer" },
   oe_n_embd: { parameters: ["pointer"], result: "i32" },
   oe_decode: { parameters: ["pointer", "buffer", "i32"], result: "i32" },
   oe_embd: { parameters: ["pointer", "i32", "buffer", "i32"], result: "i32" },
@@ -40,9 +41,11 @@ export interface OracleEmbdOptions {
   nBatch?: number;
   /** Threads. Default 1 (see OracleModel.context). */
   threads?: number;
+  /** Flash attention on. Default false. */
+  flashAttn?: boolean;
 }
 
-/** A llama.cpp context (embeddings on, pooling NONE, flash attention off, one sequence). */
+/** A llama.cpp context (embeddings on, pooling NONE, flash attention off unless asked, one sequence). */
 export class OracleEmbdContext implements Disposable {
   #s: Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
   #ctx: Deno.PointerObject;
@@ -66,7 +69,12 @@ export class OracleEmbdContext implements Disposable {
   ): Promise<OracleEmbdContext> {
     lib ??= await openOracle(SYMBOLS);
     const s = lib.symbols;
-    const ctx = s.oe_ctx_new(model.ptr, opts.nCtx ?? 256, opts.nBatch ?? 256, opts.threads ?? 1);
+    const ctx = (opts.flashAttn ? s.oe_ctx_new_fa : s.oe_ctx_new)(
+      model.ptr,
+      opts.nCtx ?? 256,
+      opts.nBatch ?? 256,
+      opts.threads ?? 1,
+    );
     if (!ctx) throw new Error("oracle_embd: llama_init_from_model failed");
     return new OracleEmbdContext(s, ctx, s.oe_n_embd(model.ptr));
   }

@@ -10,7 +10,7 @@
  * @module
  */
 import type { Graph, Tensor } from "../../graph/graph.ts";
-import { GGMLType } from "../../ggml/types.ts";
+import { GGMLType, ggmlTypeInfo } from "../../ggml/types.ts";
 import type { KvCache } from "../../kv/cache.ts";
 import type { RecurrentMemory } from "../../kv/recurrent.ts";
 import type { HParams } from "../hparams.ts";
@@ -62,6 +62,24 @@ export interface FfnWeights {
   readonly downB?: WeightRef;
 }
 
+/**
+ * llama_kv_cache's attn_rot_k / attn_rot_v: a quantized cache of head size
+ * divisible by 64 stores keys and values multiplied by an orthonormal
+ * Walsh-Hadamard matrix (queries too, and the attention output is rotated
+ * back): blocks of the largest power of 2 dividing the key head size, and of
+ * 64 for values. 0: no rotation.
+ */
+export function cacheRotation(kv: KvCache | null, hp: HParams): { k: number; v: number } {
+  if (!kv) return { k: 0, v: 0 };
+  const quantized = (t: number) => ggmlTypeInfo(t)!.blockSize > 1;
+  let k = 0;
+  if (quantized(kv.typeK) && hp.headDimK % 64 === 0) {
+    k = 64;
+    while (hp.headDimK % (2 * k) === 0) k *= 2;
+  }
+  return { k, v: quantized(kv.typeV) && hp.headDimV % 64 === 0 ? 64 : 0 };
+}
+
 /** Builds one micro-batch's graph for an architecture; see the module doc. */
 export class GraphBuilder {
   /** The graph under construction. */
@@ -80,8 +98,14 @@ export class GraphBuilder {
   readonly tokens: Tensor | null;
   /** F32 [nEmbd, nTokens] input embeddings, in place of tokens (Step.inputEmbd). */
   readonly embdIn: Tensor | null;
-  /** F32 [nKv, nTokens] additive attention mask. */
+  /** Additive attention mask [nKv, nTokens]: F32, or F16 for flash attention. */
   readonly mask: Tensor;
+  /**
+   * Attention as ggml_flash_attn_ext: a cache whose V is not transposed is
+   * llama.cpp's flash-attention layout (v_trans = !flash_attn); without a
+   * cache, as asked.
+   */
+  readonly flashAttn: boolean;
   /** I32 [nOutputs] rows kept for the output, or null when every row is. */
   readonly outIds: Tensor | null;
   readonly #arch: Architecture;
@@ -100,6 +124,8 @@ export class GraphBuilder {
     rs?: RecurrentMemory | null;
     step: Step;
     taps?: ReadonlySet<string>;
+    /** Flash attention; with a cache it must match the cache's layout (V not transposed). */
+    flashAttn?: boolean;
   }) {
     this.g = o.g;
     this.hp = o.hp;
@@ -115,7 +141,15 @@ export class GraphBuilder {
     this.tokens = o.step.inputEmbd ? null : o.g.input("inp_tokens", GGMLType.I32, [n]);
     this.embdIn = o.step.inputEmbd ? o.g.input("inp_embd", GGMLType.F32, [o.hp.nEmbd, n]) : null;
     if (o.arch.rope !== "none") this.#pos = o.g.input("inp_pos", GGMLType.I32, [n]);
-    this.mask = o.g.input("kq_mask", GGMLType.F32, [o.step.nKv, n]);
+    this.flashAttn = o.kv ? !o.kv.vTrans : o.flashAttn ?? false;
+    if (o.kv && o.flashAttn !== undefined && o.flashAttn !== this.flashAttn) {
+      throw new Error(
+        `GraphBuilder: flashAttn ${o.flashAttn} with a cache whose vTrans is ${o.kv.vTrans}`,
+      );
+    }
+    // build_attn_inp_kq_mask: F16 for flash attention (no row padding at this revision).
+    const maskType = this.flashAttn ? GGMLType.F16 : GGMLType.F32;
+    this.mask = o.g.input("kq_mask", maskType, [o.step.nKv, n]);
     this.outIds = o.step.nOutputs > 0 && o.step.nOutputs < n
       ? o.g.input("inp_out_ids", GGMLType.I32, [o.step.nOutputs])
       : null;
@@ -221,7 +255,10 @@ export class GraphBuilder {
     const g = this.g;
     const n = this.step.nTokens;
     const { nHead, headDimV } = this.hp;
-    const { q, k, v } = qkv;
+    let { q, k, v } = qkv;
+    const rot = cacheRotation(this.kv, this.hp);
+    if (rot.k) q = g.hadamard(q, rot.k), k = g.hadamard(k, rot.k);
+    if (rot.v) v = g.hadamard(v, rot.v);
     let kAll: Tensor, vAll: Tensor;
     if (this.kv) {
       // rope(k) with the V store, then rope(q) with the K store (in this
@@ -236,10 +273,27 @@ export class GraphBuilder {
       // build_attn_mha without a cache: heads outer, and V transposed so
       // one mul_mat per head computes kq·v.
       kAll = g.permute(k, 0, 2, 1, 3); // [headDimK, n, nHeadKv]
-      vAll = g.cont(g.transpose(g.permute(v, 0, 2, 1, 3))); // [n, headDimV, nHeadKv]
+      vAll = this.flashAttn
+        ? g.permute(v, 0, 2, 1, 3) // [headDimV, n, nHeadKv], cast to F16 below
+        : g.cont(g.transpose(g.permute(v, 0, 2, 1, 3))); // [n, headDimV, nHeadKv]
     }
     // Heads become the outer dimension so one mul_mat per head pair does q·k.
     const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead]
+    if (this.flashAttn) {
+      // build_attn_mha's flash path: one op over the cache views (V not
+      // transposed), F32 accumulation; its [headDimV, nHead, n] result is
+      // already the merged heads.
+      // An F32 cache is cast to F16 first, as llama.cpp does.
+      const f16 = (t: Tensor) => t.type === GGMLType.F32 ? g.cast(t, GGMLType.F16) : t;
+      const fa = this.cb(
+        g.flashAttnExt(qh, f16(kAll), f16(vAll), { mask: this.mask, scale: kqScale }),
+        "fattn",
+        il,
+      );
+      let merged = this.cb(g.reshape(fa, [headDimV * nHead, n]), "kqv_out", il);
+      if (rot.v) merged = g.hadamard(merged, rot.v); // back from the rotated values
+      return this.cb(this.bias(g.mulMat(this.w(wo), merged), bo), "attn_out", il);
+    }
     let kq = this.cb(g.mulMat(kAll, qh), "kq", il); // [nKv, n, nHead]
     kq = this.cb(g.softMax(kq, { mask: this.mask, scale: kqScale }), "kq_soft_max", il);
     const kqv = this.cb(g.mulMat(vAll, kq), "kqv", il); // [headDimV, n, nHead]

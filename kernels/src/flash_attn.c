@@ -1,0 +1,481 @@
+/* FLASH_ATTN_EXT with ggml's semantics and, per SIMD level, the arithmetic
+ * of ggml-cpu's kernel (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16
+ * at the oracle revision). ggml picks one of three paths, and each rounds
+ * differently, so we pick the same one:
+ *
+ * - split KV (decode: one query row, F16/F32 K = V, nKv >= 512): the cache
+ *   is cut into nth chunks, one per thread; each thread keeps (M, S, VKQ)
+ *   per head, and after a barrier the partials are merged in chunk order.
+ *   The result depends on the thread count, as in llama.cpp.
+ * - tiled (>= 64 query rows, F16/F32 K = V, DV a multiple of the vector
+ *   width): online softmax over KV tiles of 64 with Q in f32, K and V
+ *   widened to f32, kq and kq·v as fma chains (simd_gemm), the tile's
+ *   exponentials and their sum by ggml_vec_soft_max_f32.
+ * - one row at a time (everything else, and every quantized cache): Q
+ *   converted to K's vec_dot type, kq by K's vec_dot, an online softmax
+ *   with libm expf per cell, V accumulated in f16 (ggml_vec_mad_f16) for
+ *   an F16 V and in f32 (dequantized rows, ggml_vec_mad_f32) otherwise.
+ *
+ * Per query row the result does not depend on how rows are grouped into
+ * threads or Q tiles (ggml's tile-level skips only drop terms that are zero
+ * for every row), so threads take contiguous row ranges.
+ *
+ * ggml's FMA builds (haswell, the AVX-512 variants) fuse the vector
+ * multiply-adds and the partial merge (checked in the objdump of
+ * libggml-cpu-haswell.so); the x64 build (our scalar level) has no FMA. */
+#include "le_internal.h"
+#include "vexp.h"
+
+#define FA_TILE_Q 64 /* GGML_FA_TILE_Q: the tiled path needs this many query rows */
+#define FA_TILE_KV 64 /* GGML_FA_TILE_KV */
+#define FA_SPLIT_MIN_KV 512
+
+static inline float fa_param(const le_node *n, int slot) {
+  float f;
+  memcpy(&f, &n->params[slot], 4);
+  return f;
+}
+
+/* a*b + c, fused where ggml's build contracts it. */
+static inline float fa_fma(float a, float b, float c, int fused) {
+  return fused ? fmaf(a, b, c) : a * b + c;
+}
+
+static inline const char *fa_at(const le_tensor *t, int64_t i1, int64_t i2, int64_t i3) {
+  return (const char *)(uintptr_t)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+
+static inline int fa_kv_float(int32_t type) { return type == LE_TYPE_F16 || type == LE_TYPE_F32; }
+
+/* GGML_F32_EPR at our level (the tiled path needs DV % EPR == 0); 0: no SIMD (x64). */
+static inline int fa_f32_epr(void) {
+  const int l = le_simd();
+  return l == LE_SIMD_AVX512 ? 16 : l == LE_SIMD_AVX2 ? 8 : l == LE_SIMD_NEON ? 4 : 0;
+}
+
+typedef struct fa_shape {
+  int64_t DK, DV, N, nek1, neq2, neq3;
+  int64_t rk2, rk3, rv2, rv3;
+  float scale, max_bias, m0, m1;
+  uint32_t n_head_log2;
+  int fused;
+} fa_shape;
+
+static fa_shape fa_shape_of(const le_node *n) {
+  const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
+  fa_shape s;
+  s.DK = k->ne[0], s.DV = v->ne[0], s.N = q->ne[1], s.nek1 = k->ne[1];
+  s.neq2 = q->ne[2], s.neq3 = q->ne[3];
+  s.rk2 = q->ne[2] / k->ne[2], s.rk3 = q->ne[3] / k->ne[3];
+  s.rv2 = q->ne[2] / v->ne[2], s.rv3 = q->ne[3] / v->ne[3];
+  s.scale = fa_param(n, 0), s.max_bias = fa_param(n, 1);
+  const uint32_t n_head = (uint32_t)q->ne[2];
+  s.n_head_log2 = 1u << (uint32_t)floor(log2((double)n_head));
+  s.m0 = powf(2.0f, -(s.max_bias) / s.n_head_log2);
+  s.m1 = powf(2.0f, -(s.max_bias / 2.0f) / s.n_head_log2);
+  s.fused = le_simd() != LE_SIMD_SCALAR;
+  return s;
+}
+
+static inline float fa_slope(const fa_shape *s, uint32_t h) {
+  if (!(s->max_bias > 0.0f)) return 1.0f;
+  return h < s->n_head_log2 ? powf(s->m0, h + 1) : powf(s->m1, 2 * (h - s->n_head_log2) + 1);
+}
+
+static inline const uint16_t *fa_mask_row(const le_node *n, int64_t iq1, int64_t iq2,
+                                          int64_t iq3) {
+  const le_tensor *m = n->n_src > 3 && n->src[3].data ? &n->src[3] : NULL;
+  return m ? (const uint16_t *)fa_at(m, iq1, iq2 % m->ne[2], iq3 % m->ne[3]) : NULL;
+}
+
+/* dst row of query (iq1, iq2, iq3): ggml's permute(0, 2, 1, 3) output. */
+static inline float *fa_dst_row(const le_node *n, int64_t iq1, int64_t iq2, int64_t iq3) {
+  const le_tensor *d = &n->dst;
+  return (float *)((char *)(uintptr_t)d->data +
+                   (iq3 * d->ne[2] * d->ne[1] + iq2 + iq1 * d->ne[1]) * d->nb[1]);
+}
+
+/* ---- ggml_vec_* helpers, element-wise (their SIMD lanes are independent) ----
+ * The FMA levels run the AVX2 bodies (the AVX-512 level too: per element the
+ * same fma and the same round-to-nearest f16 conversion as ggml's 16-wide
+ * code and its fused leftovers). */
+#if defined(LE_X86)
+LE_TARGET_AVX2 static void fa_mad_f32_avx2(int64_t n, float *y, const float *x, float v) {
+  const __m256 vv = _mm256_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] = fmaf(x[i], v, y[i]);
+}
+LE_TARGET_AVX2 static void fa_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x, float v) {
+  const __m256 vv = _mm256_set1_ps(v);
+  int64_t i = 0;
+#define FA_LD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(y + i),
+                     _mm256_cvtps_ph(_mm256_fmadd_ps(FA_LD(x + i), vv, FA_LD(y + i)), 0));
+#undef FA_LD
+  for (; i < n; i++)
+    y[i] = le_fp32_to_fp16(fmaf(le_fp16_to_fp32(x[i]), v, le_fp16_to_fp32(y[i])));
+}
+/* kq[tk] (tk < 64) = fma chain over dk of Kt[dk][tk] * q[dk], from 0 */
+LE_TARGET_AVX2 static void fa_kq_tile_avx2(int64_t DK, const float *Kt, const float *q, float *kq) {
+  __m256 a[8];
+  for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+  for (int64_t dk = 0; dk < DK; dk++) {
+    const __m256 qv = _mm256_set1_ps(q[dk]);
+    const float *kr = Kt + dk * 64;
+    for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 8 * j), qv, a[j]);
+  }
+  for (int j = 0; j < 8; j++) _mm256_storeu_ps(kq + 8 * j, a[j]);
+}
+/* acc[d] = fma chain over tk < 64 of Vt[tk][d] * w[tk], from acc[d] (DV % 8 == 0) */
+LE_TARGET_AVX2 static void fa_vacc_tile_avx2(int64_t DV, const float *Vt, const float *w, float *acc) {
+  for (int64_t d = 0; d < DV; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    for (int tk = 0; tk < 64; tk++)
+      a = _mm256_fmadd_ps(_mm256_loadu_ps(Vt + tk * DV + d), _mm256_set1_ps(w[tk]), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
+}
+#endif
+
+static inline int fa_use_avx2(int fused) {
+#if defined(LE_X86)
+  return fused && (le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512);
+#else
+  (void)fused;
+  return 0;
+#endif
+}
+
+static void fa_scale_f32(int64_t n, float *y, float v) {
+  for (int64_t i = 0; i < n; i++) y[i] *= v;
+}
+static void fa_scale_f16(int64_t n, uint16_t *y, float v) {
+  for (int64_t i = 0; i < n; i++) y[i] = le_fp32_to_fp16(le_fp16_to_fp32(y[i]) * v);
+}
+static void fa_mad_f32(int64_t n, float *y, const float *x, float v, int fused) {
+#if defined(LE_X86)
+  if (fa_use_avx2(fused)) {
+    fa_mad_f32_avx2(n, y, x, v);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) y[i] = fa_fma(x[i], v, y[i], fused);
+}
+static void fa_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float v, int fused) {
+#if defined(LE_X86)
+  if (fa_use_avx2(fused)) {
+    fa_mad_f16_avx2(n, y, x, v);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++)
+    y[i] = le_fp32_to_fp16(fa_fma(le_fp16_to_fp32(x[i]), v, le_fp16_to_fp32(y[i]), fused));
+}
+static void fa_kq_tile(int64_t DK, const float *Kt, const float *q, float *kq, int fused) {
+#if defined(LE_X86)
+  if (fa_use_avx2(fused)) {
+    fa_kq_tile_avx2(DK, Kt, q, kq);
+    return;
+  }
+#endif
+  for (int tk = 0; tk < 64; tk++) {
+    float acc = 0.0f;
+    for (int64_t dk = 0; dk < DK; dk++) acc = fa_fma(Kt[dk * 64 + tk], q[dk], acc, fused);
+    kq[tk] = acc;
+  }
+}
+static void fa_vacc_tile(int64_t DV, const float *Vt, const float *w, float *acc, int fused) {
+#if defined(LE_X86)
+  if (fa_use_avx2(fused) && DV % 8 == 0) {
+    fa_vacc_tile_avx2(DV, Vt, w, acc);
+    return;
+  }
+#endif
+  for (int64_t d = 0; d < DV; d++) {
+    float a = acc[d];
+    for (int tk = 0; tk < 64; tk++) a = fa_fma(Vt[tk * DV + d], w[tk], a, fused);
+    acc[d] = a;
+  }
+}
+
+/* Bytes of one thread's scratch. */
+static size_t fa_thread_bytes(const le_node *n) {
+  const int64_t DK = n->src[1].ne[0], DV = n->src[2].ne[0];
+  /* one-row path: Q converted (<= DK floats), VKQ32, V32 / VKQ16;
+   * tiled path (a Q tile of 64 rows): Q, KQ, mask, VKQ, M and S, K and V tiles. */
+  const int64_t row = DK + 2 * DV;
+  const int64_t tiled = FA_TILE_Q * (DK + 2 * FA_TILE_KV + DV + 2) + FA_TILE_KV * (DK + DV);
+  return (size_t)(LE_MAX(row, tiled) + 16) * 4;
+}
+
+size_t le_flash_attn_wsize(const le_node *n, int n_threads) {
+  const int64_t DV = n->src[2].ne[0], neq2 = n->src[0].ne[2];
+  const size_t partials = (size_t)neq2 * (size_t)n_threads * (size_t)(2 + DV) * 4;
+  return fa_thread_bytes(n) * (size_t)n_threads + partials;
+}
+
+/* Whether ggml takes the split-KV path (its result depends on the thread
+ * count, so such a node must run on every thread; see threads.c le_solo). */
+int le_flash_attn_split(const le_node *n) {
+  const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
+  return q->ne[1] == 1 && q->ne[3] == 1 && fa_kv_float(k->type) && k->type == v->type &&
+         q->type == LE_TYPE_F32 && k->ne[1] >= FA_SPLIT_MIN_KV;
+}
+
+/* ggml_compute_forward_flash_attn_ext_f16_one_chunk for query row ir over
+ * cells [ic0, ic1). Writes the normalized row to dst, or (M, S, VKQ) to
+ * `partial` when given. */
+static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t ic0, int64_t ic1,
+                       float *work, float *partial) {
+  const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
+  const int64_t DK = s->DK, DV = s->DV;
+  const int64_t iq3 = ir / (s->neq2 * s->N);
+  const int64_t iq2 = (ir - iq3 * s->neq2 * s->N) / s->N;
+  const int64_t iq1 = ir - iq3 * s->neq2 * s->N - iq2 * s->N;
+  const float slope = fa_slope(s, (uint32_t)iq2);
+
+  const le_type_traits *kt = le_traits(k->type);
+  const le_type_traits *qt = le_traits(kt->vec_dot_type);
+  const le_vec_dot_fn kq_dot = le_get_vec_dot(kt);
+  const int v_f16 = v->type == LE_TYPE_F16;
+  const le_type_traits *vt = le_traits(v->type);
+
+  float *VKQ32 = work;
+  float *V32 = VKQ32 + DV;
+  uint16_t *VKQ16 = (uint16_t *)(VKQ32 + DV);
+  void *Q_q = VKQ32 + 2 * DV;
+  if (v_f16) memset(VKQ16, 0, (size_t)DV * 2);
+  else memset(VKQ32, 0, (size_t)DV * 4);
+
+  const uint16_t *mp = fa_mask_row(n, iq1, iq2, iq3);
+  const int64_t ik2 = iq2 / s->rk2, ik3 = iq3 / s->rk3;
+  const int64_t iv2 = iq2 / s->rv2, iv3 = iq3 / s->rv3;
+  const float *pq = (const float *)fa_at(q, iq1, iq2, iq3);
+  if (kt->vec_dot_type == LE_TYPE_F32) memcpy(Q_q, pq, (size_t)DK * 4);
+  else if (kt->vec_dot_type == LE_TYPE_F16) le_fp32_to_fp16_row(pq, Q_q, DK);
+  else qt->from_float_act(pq, Q_q, DK);
+
+  float S = 0.0f, M = -INFINITY;
+  for (int64_t ic = ic0; ic < ic1; ic++) {
+    const float mv = mp ? slope * le_fp16_to_fp32(mp[ic]) : 0.0f;
+    if (mv == -INFINITY) continue;
+    float sc;
+    kq_dot(DK, &sc, fa_at(k, ic, ik2, ik3), Q_q);
+    sc = sc * s->scale;
+    sc += mv;
+    const float Mold = M;
+    float ms = 1.0f, vs = 1.0f;
+    const char *v_data = fa_at(v, ic, iv2, iv3);
+    if (v_f16) {
+      if (sc > M) {
+        M = sc;
+        ms = expf(Mold - M);
+        fa_scale_f16(DV, VKQ16, ms);
+      } else {
+        vs = expf(sc - M);
+      }
+      fa_mad_f16(DV, VKQ16, (const uint16_t *)v_data, vs, s->fused);
+    } else {
+      if (sc > M) {
+        M = sc;
+        ms = expf(Mold - M);
+        fa_scale_f32(DV, VKQ32, ms);
+      } else {
+        vs = expf(sc - M);
+      }
+      if (v->type == LE_TYPE_F32) {
+        fa_mad_f32(DV, VKQ32, (const float *)v_data, vs, s->fused);
+      } else {
+        vt->to_float(v_data, V32, DV);
+        fa_mad_f32(DV, VKQ32, V32, vs, s->fused);
+      }
+    }
+    /* not contracted in ggml's builds: the product and the sum are rounded */
+    S = S * ms + vs;
+  }
+  if (v_f16)
+    for (int64_t d = 0; d < DV; d++) VKQ32[d] = le_fp16_to_fp32(VKQ16[d]);
+
+  if (partial) {
+    partial[0] = M;
+    partial[1] = S;
+    memcpy(partial + 2, VKQ32, (size_t)DV * 4);
+    return;
+  }
+  const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
+  fa_scale_f32(DV, VKQ32, S_inv);
+  memcpy(fa_dst_row(n, iq1, iq2, iq3), VKQ32, (size_t)DV * 4);
+}
+
+/* ggml_compute_forward_flash_attn_ext_tiled for rows [ir, ir + nr) of one
+ * head (consecutive query tokens, nr <= 64): K and V tiles are widened once
+ * for the block, each row keeps its own online softmax. */
+static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int64_t nr,
+                           float *work) {
+  const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
+  const int64_t DK = s->DK, DV = s->DV, nek1 = s->nek1;
+  const int64_t iq3 = ir / (s->neq2 * s->N);
+  const int64_t iq2 = (ir - iq3 * s->neq2 * s->N) / s->N;
+  const int64_t iq1 = ir - iq3 * s->neq2 * s->N - iq2 * s->N;
+  const float slope = fa_slope(s, (uint32_t)iq2);
+  const int fused = s->fused;
+  const int kv_f16 = k->type == LE_TYPE_F16;
+
+  float *Qf = work;                        /* [64][DK] */
+  float *KQ = Qf + FA_TILE_Q * DK;         /* [64][64] */
+  float *mask32 = KQ + FA_TILE_Q * FA_TILE_KV;
+  float *VKQ = mask32 + FA_TILE_Q * FA_TILE_KV; /* [64][DV] */
+  float *M = VKQ + FA_TILE_Q * DV, *S = M + FA_TILE_Q;
+  float *Kt = S + FA_TILE_Q;               /* [DK][64] */
+  float *Vt = Kt + FA_TILE_KV * DK;        /* [64][DV] */
+
+  const int64_t ik2 = iq2 / s->rk2, ik3 = iq3 / s->rk3;
+  const int64_t iv2 = iq2 / s->rv2, iv3 = iq3 / s->rv3;
+  const uint16_t *mp[FA_TILE_Q];
+  for (int64_t t = 0; t < nr; t++) {
+    memcpy(Qf + t * DK, fa_at(q, iq1 + t, iq2, iq3), (size_t)DK * 4);
+    mp[t] = fa_mask_row(n, iq1 + t, iq2, iq3);
+    M[t] = -INFINITY, S[t] = 0.0f;
+  }
+  memset(VKQ, 0, (size_t)(nr * DV) * 4);
+  memset(Kt, 0, (size_t)(FA_TILE_KV * DK) * 4);
+
+  for (int64_t ic = 0; ic < nek1; ic += FA_TILE_KV) {
+    const int kv_tile = (int)LE_MIN((int64_t)FA_TILE_KV, nek1 - ic);
+    /* per row: its mask over the tile, and whether the tile adds anything
+     * to it (ggml skips a tile masked for every row of its Q tile, and zeroes
+     * the weights of a row it masks completely: the same sums) */
+    uint8_t live[FA_TILE_Q];
+    int any = 0;
+    for (int64_t t = 0; t < nr; t++) {
+      float *m = mask32 + t * FA_TILE_KV;
+      live[t] = 1;
+      if (mp[t]) {
+        int all_masked = 1;
+        for (int tk = 0; tk < kv_tile; tk++) {
+          m[tk] = slope * le_fp16_to_fp32(mp[t][ic + tk]);
+          if (m[tk] != -INFINITY) all_masked = 0;
+        }
+        for (int tk = kv_tile; tk < FA_TILE_KV; tk++) m[tk] = -INFINITY;
+        live[t] = !all_masked;
+      }
+      any |= live[t];
+    }
+    if (!any) continue;
+    for (int tk = 0; tk < kv_tile; tk++) {
+      const char *kr = fa_at(k, ic + tk, ik2, ik3);
+      if (kv_f16) {
+        const uint16_t *kh = (const uint16_t *)kr;
+        for (int64_t dk = 0; dk < DK; dk++) Kt[dk * FA_TILE_KV + tk] = le_fp16_to_fp32(kh[dk]);
+      } else {
+        const float *kf = (const float *)kr;
+        for (int64_t dk = 0; dk < DK; dk++) Kt[dk * FA_TILE_KV + tk] = kf[dk];
+      }
+      const char *vr = fa_at(v, ic + tk, iv2, iv3);
+      if (kv_f16) le_fp16_to_fp32_row((const uint16_t *)vr, Vt + tk * DV, DV);
+      else memcpy(Vt + tk * DV, vr, (size_t)DV * 4);
+    }
+    /* padded cells: weight 0 below, so any finite value will do */
+    for (int tk = kv_tile; tk < FA_TILE_KV; tk++) memset(Vt + tk * DV, 0, (size_t)DV * 4);
+
+    for (int64_t t = 0; t < nr; t++) {
+      if (!live[t]) continue;
+      float *kq = KQ + t * FA_TILE_KV;
+      fa_kq_tile(DK, Kt, Qf + t * DK, kq, fused); /* simd_gemm: fma chains from 0 */
+      for (int tk = 0; tk < FA_TILE_KV; tk++) kq[tk] *= s->scale;
+      for (int tk = kv_tile; tk < FA_TILE_KV; tk++) kq[tk] = -INFINITY;
+      if (mp[t]) {
+        const float *m = mask32 + t * FA_TILE_KV;
+        for (int tk = 0; tk < FA_TILE_KV; tk++) kq[tk] = kq[tk] + m[tk];
+      }
+      float tile_max = -INFINITY;
+      for (int tk = 0; tk < FA_TILE_KV; tk++) tile_max = LE_MAX(tile_max, kq[tk]);
+      if (tile_max == -INFINITY) continue;
+      const float Mold = M[t];
+      const float Mnew = fmaxf(Mold, tile_max);
+      if (Mnew > Mold) {
+        const float ms = expf(Mold - Mnew);
+        fa_scale_f32(DV, VKQ + t * DV, ms);
+        S[t] *= ms;
+      }
+      M[t] = Mnew;
+      S[t] += le_vec_soft_max_f32(FA_TILE_KV, kq, kq, Mnew); /* float += double */
+      fa_vacc_tile(DV, Vt, kq, VKQ + t * DV, fused);        /* simd_gemm over the tile */
+    }
+  }
+  for (int64_t t = 0; t < nr; t++) {
+    const float S_inv = S[t] == 0.0f ? 0.0f : 1.0f / S[t];
+    fa_scale_f32(DV, VKQ + t * DV, S_inv);
+    memcpy(fa_dst_row(n, iq1 + t, iq2, iq3), VKQ + t * DV, (size_t)DV * 4);
+  }
+}
+
+/* ggml_flash_attn_ext_reduce_partials: heads ith, ith + nth, ... */
+static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_params *p,
+                      const float *partials, int64_t chunk, float *work) {
+  const int64_t DV = s->DV, nth = p->nth, psize = 2 + DV;
+  for (int64_t h = p->ith; h < s->neq2; h += nth) {
+    float Mf = -INFINITY, Sf = 0.0f;
+    float *VKQ = work;
+    memset(VKQ, 0, (size_t)DV * 4);
+    for (int64_t c = 0; c < nth; c++) {
+      if (c * chunk >= s->nek1) continue;
+      const float *pt = partials + (h * nth + c) * psize;
+      const float Mc = pt[0], Sc = pt[1];
+      if (Sc == 0.0f) continue;
+      const float Mn = fmaxf(Mf, Mc);
+      const float so = expf(Mf - Mn), sn = expf(Mc - Mn);
+      for (int64_t d = 0; d < DV; d++) VKQ[d] = fa_fma(VKQ[d], so, pt[2 + d] * sn, s->fused);
+      Sf = fa_fma(Sf, so, Sc * sn, s->fused);
+      Mf = Mn;
+    }
+    if (Sf != 0.0f) fa_scale_f32(DV, VKQ, 1.0f / Sf);
+    memcpy(fa_dst_row(n, 0, h, 0), VKQ, (size_t)DV * 4);
+  }
+}
+
+void le_flash_attn(const le_node *n, const le_compute_params *p) {
+  const fa_shape s = fa_shape_of(n);
+  const le_tensor *k = &n->src[1], *v = &n->src[2];
+  const size_t tb = fa_thread_bytes(n);
+  float *work = (float *)((char *)p->wdata + tb * (size_t)p->ith);
+
+  if (le_flash_attn_split(n)) {
+    const int64_t nth = p->nth, chunk = (s.nek1 + nth - 1) / nth, psize = 2 + s.DV;
+    float *partials = (float *)((char *)p->wdata + tb * (size_t)nth);
+    const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, s.nek1);
+    for (int64_t h = 0; h < s.neq2; h++) {
+      float *pt = partials + (h * nth + p->ith) * psize;
+      if (ic0 < s.nek1) {
+        fa_one_row(n, &s, h, ic0, ic1, work, pt);
+      } else {
+        pt[0] = -INFINITY;
+        pt[1] = 0.0f;
+      }
+    }
+    if (nth > 1) le_barrier(p->ctx);
+    fa_reduce(n, &s, p, partials, chunk, work);
+    return;
+  }
+
+  const int epr = fa_f32_epr();
+  const int tiled = s.N >= FA_TILE_Q && fa_kv_float(k->type) && k->type == v->type &&
+                    (epr == 0 || s.DV % epr == 0);
+  const int64_t nr = s.N * s.neq2 * s.neq3;
+  const int64_t dr = (nr + p->nth - 1) / p->nth;
+  const int64_t r0 = LE_MIN(dr * p->ith, nr), r1 = LE_MIN(r0 + dr, nr);
+  if (!tiled) {
+    for (int64_t ir = r0; ir < r1; ir++) fa_one_row(n, &s, ir, 0, s.nek1, work, NULL);
+    return;
+  }
+  /* blocks of up to 64 consecutive tokens of one head */
+  for (int64_t ir = r0; ir < r1;) {
+    const int64_t iq1 = ir % s.N;
+    const int64_t nr = LE_MIN((int64_t)FA_TILE_Q, LE_MIN(r1 - ir, s.N - iq1));
+    fa_tiled_block(n, &s, ir, nr, work);
+    ir += nr;
+  }
+}
