@@ -15,19 +15,16 @@
  * @module
  */
 import type { Backend } from "../backend/types.ts";
-import type { Tensor } from "../graph/tensor.ts";
-import { GGMLType } from "../ggml/types.ts";
-import { KvCache, N_KV_PAD } from "../kv/cache.ts";
-import { RecurrentMemory } from "../kv/recurrent.ts";
-import { nEmbdR, nEmbdS } from "../model/arch/mamba.ts";
+import { type KvCache, N_KV_PAD } from "../kv/cache.ts";
+import type { RecurrentMemory } from "../kv/recurrent.ts";
 import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
-import { buildGraph } from "./graphs.ts";
 import { Decoder } from "./decoder.ts";
+import { allocateMemory } from "./memories.ts";
 import { batchFromInput, type BatchInput } from "./batch_input.ts";
 import { memoryOps } from "./memory.ts";
 import type { Batch } from "../kv/batch.ts";
 import { Sequence, SequenceQueue } from "./sequence.ts";
-import { Scheduler } from "../sched/scheduler.ts";
+import type { Scheduler } from "../sched/scheduler.ts";
 import {
   type BackendChoice,
   backendChoice,
@@ -62,7 +59,6 @@ export type {
 } from "./options.ts";
 import { OptionChecker } from "../options.ts";
 import type { MemoryOps } from "./lease.ts";
-import { dryBackend, memoryShortfall } from "./sizing.ts";
 
 interface Shape {
   nCtx: number;
@@ -91,13 +87,6 @@ interface Leftovers {
   backends: Backend[];
   use: ModelUse;
 }
-
-/** The ggml type of each cache type. */
-const KV_GGML_TYPE: Readonly<Record<KvType, number>> = {
-  f16: GGMLType.F16,
-  f32: GGMLType.F32,
-  q8_0: GGMLType.Q8_0,
-};
 
 const forgotten = new FinalizationRegistry<Leftovers>(({ backends, use }) => {
   // Backends own every native allocation (cache, arenas, thread pool).
@@ -248,76 +237,8 @@ export class Context implements Disposable, AsyncDisposable {
     const plan = backendPlan(choice);
     const backends = await openBackends(plan, options.threads, stack);
     const assign = layerAssignment(plan, backends);
-    const hasKv = model.arch.memory === "kv";
-    const cacheType = KV_GGML_TYPE[o.kvType];
-    const newKv = (pick: (layer: number) => Backend) =>
-      !hasKv ? null : new KvCache({
-        size: nCtx,
-        nLayer: hp.nLayer,
-        nHeadKv: hp.nHeadKv,
-        nEmbdHeadK: hp.headDimK,
-        nEmbdHeadV: hp.headDimV,
-        typeK: cacheType,
-        typeV: cacheType,
-        // build_attn_mha's flash path reads V untransposed (llama.cpp's v_trans = !flash_attn).
-        vTrans: !o.flashAttn,
-        nSeqMax: o.nSeqMax,
-        backend: pick,
-      });
-    // Recurrent models keep one state per sequence (llama.cpp sizes the
-    // memory at n_seq_max cells, whatever n_ctx).
-    const newRs = (pick: (layer: number) => Backend) =>
-      model.arch.memory !== "recurrent" ? null : new RecurrentMemory({
-        nSeqMax: o.nSeqMax,
-        nLayer: hp.nLayer,
-        nEmbdR: nEmbdR(hp),
-        nEmbdS: nEmbdS(hp),
-        backend: pick,
-      });
-    const names = (layer: number) => assign(layer).name;
-    const schedOpts = { assign: (node: Tensor) => names(node.layer < 0 ? hp.nLayer : node.layer) };
     const taps = options.debugTaps?.length ? new Set(options.debugTaps) : undefined;
-    // Worst case: a full micro-batch attending the whole cache (or, without
-    // a cache, the whole micro-batch).
-    const n = Math.min(nUbatch, nCtx);
-    const worst = (kv: KvCache | null, rs: RecurrentMemory | null) => {
-      // A recurrent slot spanning every cell, one of them zeroed.
-      if (rs) Object.assign(rs, { head: 0, n: rs.size, rsZ: 0 });
-      const g = buildGraph(
-        model,
-        kv,
-        taps,
-        {
-          nTokens: n,
-          nOutputs: n,
-          nKv: kv ? nCtx : rs ? 1 : n,
-          slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
-          embeddings: o.embeddings,
-        },
-        rs,
-        o.flashAttn,
-      ).g;
-      if (rs) Object.assign(rs, { head: 0, n: 0, rsZ: -1 });
-      return g;
-    };
-    // Measured first with stand-ins that allocate nothing: a context too big
-    // for this machine fails here, before gigabytes are zero-filled (or the
-    // kernel's OOM killer ends the process).
-    const dry = new Map(backends.map((b) => [b, dryBackend(b)]));
-    const kvDry = newKv((layer) => dry.get(assign(layer))!);
-    const rsDry = newRs((layer) => dry.get(assign(layer))!);
-    const arenas = new Scheduler([...dry.values()], schedOpts).measure(worst(kvDry, rsDry));
-    const short = memoryShortfall(
-      (kvDry?.totalBytes ?? 0) + (rsDry?.totalBytes ?? 0),
-      [...arenas.values()].reduce((a, b) => a + b, 0),
-    );
-    if (short) throw new ContextError(`${label} ${short}; use a smaller nCtx or nBatch`);
-    const kv = newKv(assign);
-    if (kv) stack.use(kv);
-    const rs = newRs(assign);
-    if (rs) stack.use(rs);
-    const sched = stack.use(new Scheduler(backends, schedOpts));
-    sched.reserve(worst(kv, rs));
+    const { kv, rs, sched } = allocateMemory(model, o, { backends, assign, taps, label, stack });
     const ctx = new Context(model, label, { o, choice, backends, kv, rs, sched, taps, use });
     // Weakly, so that a forgotten context is still collected and finalized.
     use.own(ctx);

@@ -260,6 +260,7 @@ export const mamba: Architecture<MambaWeights> = {
   rope: "none",
   attention: false,
   hparams: readSsm,
+  stateSizes: (hp) => ({ r: nEmbdR(hp), s: nEmbdS(hp) }),
   weights: mambaWeights,
   build: buildMamba,
 };

@@ -109,6 +109,11 @@ export interface Architecture<W = unknown> {
   /** Adjusts the common hyper-parameters (extra keys, checks); default none. */
   hparams?(header: GGUFHeader, hp: HParams): HParams;
   /**
+   * Floats of one sequence's recurrent state per layer (llama.cpp's
+   * n_embd_r: the conv state, n_embd_s: the ssm state); recurrent memory only.
+   */
+  stateSizes?(hp: HParams): { readonly r: number; readonly s: number };
+  /**
    * RoPE frequency factors for a sequence context of `nCtxSeq` cells
    * (llama_model::get_rope_factors), when the architecture has them: the
    * forward pass and the K-shift of cached keys must rotate alike.
