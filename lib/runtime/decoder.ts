@@ -282,9 +282,11 @@ export class Decoder {
     const sched = this.#sched;
     // A step shaped like the last one reuses its graph, plan and encoded
     // nodes; only the inputs and the cells the keys and values land in change.
-    const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}`;
-    // A recurrent graph's state views depend on the slot: built every time.
-    let last = this.#last?.key === key && !rs ? this.#last : null;
+    // A recurrent graph's state views depend on the slot's first cell, its
+    // width and the cell zeroed (llm_graph_input_rs::can_reuse): in the key.
+    const rsKey = rs ? `/rs${rs.head},${rs.n},${rs.rsZ},${ub.nSeqs}` : "";
+    const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}${rsKey}`;
+    let last = this.#last?.key === key ? this.#last : null;
     // Without a cache a graph of the same shape is reused as it is.
     const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
     if (moved) {
