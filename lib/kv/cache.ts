@@ -11,8 +11,7 @@
  *
  * @module
  */
-import type { BackendBuffer, BufferAllocator, BufferRef } from "../ggml/memory.ts";
-import { alignUp } from "../graph/alloc.ts";
+import type { BufferAllocator, BufferRef } from "../ggml/memory.ts";
 import { bufferClear } from "../ggml/memory.ts";
 import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
@@ -21,7 +20,8 @@ import type { Ubatch } from "./batch.ts";
 import { type CellsSnapshot, checkSeq, KvCells, KvError } from "./cells.ts";
 import { isMaskedSwa, SwaType } from "./swa.ts";
 import { fillKqMask, type MaskOptions } from "./mask.ts";
-import { KvTensors, type LayerStore } from "./tensors.ts";
+import { KvTensors } from "./tensors.ts";
+import { LayerStorage } from "./layers.ts";
 
 export { isMaskedSwa, SwaType } from "./swa.ts";
 export type { MaskOptions } from "./mask.ts";
@@ -103,8 +103,7 @@ export class KvCache implements Disposable {
   readonly nSwa: number;
   /** Sliding window kind. */
   readonly swaType: SwaType;
-  #layers: LayerStore[] = [];
-  #buffers: Array<[BufferAllocator, BackendBuffer]> = [];
+  #storage: LayerStorage;
   #tensors = new KvTensors(this);
 
   /** Allocate the per-layer K/V storage (zero-filled) and empty cells. */
@@ -131,28 +130,12 @@ export class KvCache implements Disposable {
       throw new KvError("KvCache: a transposed V cache must be F16 or F32");
     }
     this.cells = new KvCells(this.size);
-    const pick = typeof o.backend === "function" ? o.backend : () => o.backend as BufferAllocator;
-    const kBytes = alignUp(rowSize(this.typeK, this.nEmbdKGqa) * this.size, 64);
-    const vBytes = alignUp(rowSize(this.typeV, this.nEmbdVGqa) * this.size, 64);
-    const groups = new Map<BufferAllocator, number[]>();
-    for (let il = 0; il < this.nLayer; il++) {
-      const b = pick(il);
-      if (!groups.has(b)) groups.set(b, []);
-      groups.get(b)!.push(il);
-    }
-    try {
-      for (const [b, layers] of groups) {
-        const buffer = b.alloc(layers.length * (kBytes + vBytes));
-        this.#buffers.push([b, buffer]);
-        layers.forEach((il, j) => {
-          const base = j * (kBytes + vBytes);
-          this.#layers[il] = { k: { buffer, offset: base }, v: { buffer, offset: base + kBytes } };
-        });
-      }
-    } catch (e) {
-      this[Symbol.dispose](); // a later backend's allocation failed: free the earlier ones
-      throw e;
-    }
+    this.#storage = new LayerStorage(
+      this.nLayer,
+      o.backend,
+      rowSize(this.typeK, this.nEmbdKGqa) * this.size,
+      rowSize(this.typeV, this.nEmbdVGqa) * this.size,
+    );
   }
 
   /** Key width of all heads. */
@@ -167,20 +150,19 @@ export class KvCache implements Disposable {
 
   /** Bytes of K and V storage in all layers. */
   get totalBytes(): number {
-    return this.#buffers.reduce((s, [, b]) => s + b.size, 0);
+    return this.#storage.totalBytes;
   }
 
   /** Where layer il's K and V bytes start. */
   storage(il: number): { k: BufferRef; v: BufferRef } {
-    const l = this.#layers[il];
+    const l = this.#storage.layer(il);
     if (!l) throw new KvError(`KvCache: no layer ${il}`);
-    return l;
+    return { k: l.a, v: l.b };
   }
 
   /** Free the storage. */
   [Symbol.dispose](): void {
-    for (const [b, buf] of this.#buffers) b.free(buf);
-    this.#buffers = [];
+    this.#storage[Symbol.dispose]();
   }
 
   // ---- sequences -------------------------------------------------------
@@ -190,7 +172,7 @@ export class KvCache implements Disposable {
     this.cells.reset();
     this.head = 0;
     // Through the buffer's own clear: the cache may live in device memory.
-    if (data) { for (const [, b] of this.#buffers) bufferClear(b, 0); }
+    if (data) { for (const b of this.#storage.buffers) bufferClear(b, 0); }
   }
 
   #range(p0: number, p1: number): [number, number] {

@@ -15,14 +15,14 @@
  *
  * @module
  */
-import type { BackendBuffer, BufferAllocator, BufferRef } from "../ggml/memory.ts";
+import type { BufferAllocator, BufferRef } from "../ggml/memory.ts";
 import { bufferClear } from "../ggml/memory.ts";
-import { alignUp } from "../graph/alloc.ts";
 import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../ggml/types.ts";
 import type { Ubatch } from "./batch.ts";
 import { KvError } from "./cells.ts";
+import { LayerStorage } from "./layers.ts";
 
 /** One state cell (llama.cpp's mem_cell). */
 export interface RecurrentCell {
@@ -74,8 +74,7 @@ export class RecurrentMemory implements Disposable {
   readonly nEmbdR: number;
   /** Floats per ssm state. */
   readonly nEmbdS: number;
-  #layers: Array<{ r: BufferRef; s: BufferRef }> = [];
-  #buffers: Array<[BufferAllocator, BackendBuffer]> = [];
+  #storage: LayerStorage | null = null;
   #ext = new WeakMap<Graph, Map<string, Tensor>>();
 
   /** Empty cells and zero-filled F32 states. */
@@ -91,50 +90,30 @@ export class RecurrentMemory implements Disposable {
     this.nEmbdS = o.nEmbdS;
     this.cells = Array.from({ length: this.size }, emptyCell);
     if (!o.backend) return;
-    const pick = typeof o.backend === "function" ? o.backend : () => o.backend as BufferAllocator;
-    const rBytes = alignUp(4 * this.nEmbdR * this.size, 64);
-    const sBytes = alignUp(4 * this.nEmbdS * this.size, 64);
-    const groups = new Map<BufferAllocator, number[]>();
-    for (let il = 0; il < this.nLayer; il++) {
-      const b = pick(il);
-      if (!groups.has(b)) groups.set(b, []);
-      groups.get(b)!.push(il);
-    }
-    try {
-      for (const [b, layers] of groups) {
-        // Backends hand out zero-filled memory (llama.cpp clears its buffer).
-        const buffer = b.alloc(layers.length * (rBytes + sBytes));
-        this.#buffers.push([b, buffer]);
-        layers.forEach((il, j) => {
-          const base = j * (rBytes + sBytes);
-          this.#layers[il] = {
-            r: { buffer, offset: base },
-            s: { buffer, offset: base + rBytes },
-          };
-        });
-      }
-    } catch (e) {
-      this[Symbol.dispose]();
-      throw e;
-    }
+    // Backends hand out zero-filled memory (llama.cpp clears its buffer).
+    this.#storage = new LayerStorage(
+      this.nLayer,
+      o.backend,
+      4 * this.nEmbdR * this.size,
+      4 * this.nEmbdS * this.size,
+    );
   }
 
   /** Bytes of state storage in all layers. */
   get totalBytes(): number {
-    return this.#buffers.reduce((s, [, b]) => s + b.size, 0);
+    return this.#storage?.totalBytes ?? 0;
   }
 
   /** Where layer il's conv (r) and ssm (s) states start. */
   storage(il: number): { r: BufferRef; s: BufferRef } {
-    const l = this.#layers[il];
+    const l = this.#storage?.layer(il);
     if (!l) throw new KvError(`RecurrentMemory: no layer ${il}`);
-    return l;
+    return { r: l.a, s: l.b };
   }
 
   /** Free the storage. */
   [Symbol.dispose](): void {
-    for (const [b, buf] of this.#buffers) b.free(buf);
-    this.#buffers = [];
+    this.#storage?.[Symbol.dispose]();
   }
 
   #external(g: Graph, il: number, which: "r" | "s"): Tensor {
@@ -172,7 +151,7 @@ export class RecurrentMemory implements Disposable {
     for (const c of this.cells) Object.assign(c, emptyCell());
     this.head = 0;
     this.used = 0;
-    if (data) { for (const [, b] of this.#buffers) bufferClear(b, 0); }
+    if (data) { for (const b of this.#storage?.buffers ?? []) bufferClear(b, 0); }
   }
 
   /**
