@@ -266,3 +266,46 @@ Deno.test("mamba: a missing ssm tensor fails at load naming it and its expected 
     /missing tensor blk\.0\.ssm_d \(expected shape \[64\]\)/,
   );
 });
+
+Deno.test("mamba CLI: generate --temp 0 prints llama.cpp's greedy tokens; inspect shows the ssm keys", async () => {
+  const run = (args: string[]) =>
+    new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", ...args],
+      stdout: "piped",
+      stderr: "piped",
+    })
+      .output();
+  // A real vocabulary, so that text prompts tokenize (tolstoy-6m's).
+  const cli = `${dir}/mamba_cli.gguf`;
+  const vocab = new URL("../../shared/models/tolstoy-6m-f16.gguf", import.meta.url).pathname;
+  await writeRandomMamba(cli, { nEmbd: 64, nLayer: 2, seed: 7, tokenizerFrom: vocab });
+  const prompt = "The prince said that";
+  const out = await run([
+    "lib/cli/generate.ts",
+    "--model",
+    cli,
+    "--format",
+    "json",
+    "--temp",
+    "0",
+    "-n",
+    "12",
+    "--prompt",
+    prompt,
+  ]);
+  assert.ok(out.success, new TextDecoder().decode(out.stderr));
+  const r = JSON.parse(new TextDecoder().decode(out.stdout));
+  const oracle = await loadOracle();
+  using om = oracle.load(cli);
+  using oc = om.context({ nCtx: 256 });
+  const g = oc.greedy(om.tokenize(prompt, { addSpecial: true }), 12);
+  const upto = g.gaps.findIndex((x) => x < NEAR_TIE);
+  const end = upto < 0 ? 12 : upto + 1;
+  assert.deepEqual(r.tokens.slice(0, end), g.tokens.slice(0, end));
+  const info = await run(["lib/cli/inspect.ts", cli]);
+  const text = new TextDecoder().decode(info.stdout);
+  assert.ok(info.success);
+  for (const k of ["ssmConvKernel=4", "ssmInnerSize=128", "ssmStateSize=16", "ssmTimeStepRank="]) {
+    assert.ok(text.includes(k), `inspect output lacks ${k}:\n${text}`);
+  }
+});
