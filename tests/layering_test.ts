@@ -39,10 +39,13 @@ const RANK: Record<string, number> = {
   model: 4, // architectures build graphs over gguf weights, kv, tokenizer
   runtime: 5, // Context, generate
   cli: 6,
+  server: 6, // the OpenAI-compatible fetch handler: runtime, model, grammar
 };
 
-/** Edges between folders of equal rank, "from -> to": reason. None are needed today. */
-const SAME_RANK: Record<string, string> = {};
+/** Edges between folders of equal rank, "from -> to": reason. */
+const SAME_RANK: Record<string, string> = {
+  "cli -> server": "`deno task serve` runs the handler",
+};
 
 /** Blanks comments and regex literals, keeping strings (import specifiers) and lines. */
 export function stripComments(src: string): string {
