@@ -141,9 +141,11 @@ Deno.test({
         ];
         const want = [];
         for (const p of prompts) want.push(await reference(model, p, 20));
-        const got = await Promise.all(prompts.map((prompt) =>
-          client.completions.create({ model: id, prompt, max_tokens: 20, temperature: 0 })
-        ));
+        const got = await Promise.all(
+          prompts.map((prompt) =>
+            client.completions.create({ model: id, prompt, max_tokens: 20, temperature: 0 })
+          ),
+        );
         assert.deepEqual(got.map((r) => r.choices[0].text), want);
       });
 
@@ -195,7 +197,10 @@ Deno.test({
           messages: [{ role: "user", content: "Is Pierre rich?" }],
           max_tokens: 200,
           seed: 7,
-          response_format: { type: "json_schema", json_schema: { name: "a", schema, strict: true } },
+          response_format: {
+            type: "json_schema",
+            json_schema: { name: "a", schema, strict: true },
+          },
         });
         assert.equal(r.choices[0].finish_reason, "stop");
         const v = JSON.parse(r.choices[0].message.content!);
@@ -241,11 +246,26 @@ Deno.test({
           ["bad JSON", post("/v1/completions", "{nope"), 400, null],
           ["not an object", post("/v1/completions", "[1,2]"), 400, null],
           ["invalid UTF-8", post("/v1/completions", bad), 400, null],
-          ["temperature type", post("/v1/completions", json({ ...ok, temperature: "hot" })), 400, "temperature"],
-          ["huge max_tokens", post("/v1/completions", json({ ...ok, max_tokens: 1e300 })), 400, "max_tokens"],
+          [
+            "temperature type",
+            post("/v1/completions", json({ ...ok, temperature: "hot" })),
+            400,
+            "temperature",
+          ],
+          [
+            "huge max_tokens",
+            post("/v1/completions", json({ ...ok, max_tokens: 1e300 })),
+            400,
+            "max_tokens",
+          ],
           ["huge seed", post("/v1/completions", json({ ...ok, seed: 2 ** 60 })), 400, "seed"],
           ["negative top_k", post("/v1/completions", json({ ...ok, top_k: -3 })), 400, "top_k"],
-          ["unknown field", post("/v1/completions", json({ ...ok, frobnicate: 1 })), 400, "frobnicate"],
+          [
+            "unknown field",
+            post("/v1/completions", json({ ...ok, frobnicate: 1 })),
+            400,
+            "frobnicate",
+          ],
           ["prompt type", post("/v1/completions", json({ ...ok, prompt: 42 })), 400, "prompt"],
           ["stop type", post("/v1/completions", json({ ...ok, stop: [1] })), 400, "stop"],
           ["unknown model", post("/v1/completions", json({ ...ok, model: "gpt-9" })), 400, "model"],
@@ -258,10 +278,16 @@ Deno.test({
           ],
           [
             "bad schema",
-            post("/v1/chat/completions", json({
-              ...chat,
-              response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "foo" } } },
-            })),
+            post(
+              "/v1/chat/completions",
+              json({
+                ...chat,
+                response_format: {
+                  type: "json_schema",
+                  json_schema: { name: "x", schema: { type: "foo" } },
+                },
+              }),
+            ),
             400,
             "response_format.json_schema.schema",
           ],
@@ -272,7 +298,12 @@ Deno.test({
             "prompt",
           ],
           ["body too large", post("/v1/completions", "x".repeat(3 << 20)), 413, null],
-          ["no API key", post("/v1/completions", json(ok), { "content-type": "application/json" }), 401, null],
+          [
+            "no API key",
+            post("/v1/completions", json(ok), { "content-type": "application/json" }),
+            401,
+            null,
+          ],
           ["wrong method", fetch(`${base}/v1/completions`, { headers: auth }), 405, null],
           ["no endpoint", fetch(`${base}/v1/nope`, { headers: auth }), 404, null],
           ["detokenize range", post("/detokenize", json({ tokens: [-1] })), 400, "tokens[0]"],

@@ -36,10 +36,14 @@ export function checkMessages(v: unknown): ChatMessage[] {
   if (v.length > 10000) throw badField("messages", "too many messages");
   return v.map((m, i) => {
     const at = `messages[${i}]`;
-    if (typeof m !== "object" || m === null || Array.isArray(m)) throw badField(at, "expected an object");
+    if (typeof m !== "object" || m === null || Array.isArray(m)) {
+      throw badField(at, "expected an object");
+    }
     const r = m as Record<string, unknown>;
     const extra = Object.keys(r).filter((k) => !["role", "content", "name"].includes(k));
-    if (extra.length) throw badField(`${at}.${extra[0]}`, "unknown or unsupported field", "unknown_field");
+    if (extra.length) {
+      throw badField(`${at}.${extra[0]}`, "unknown or unsupported field", "unknown_field");
+    }
     if (typeof r.role !== "string" || !ROLES.includes(r.role)) {
       throw badField(`${at}.role`, `expected one of ${ROLES.join(", ")}`);
     }
@@ -50,12 +54,17 @@ export function checkMessages(v: unknown): ChatMessage[] {
       content = r.content.map((p, j) => {
         const pp = p as Record<string, unknown> | null;
         if (!pp || pp.type !== "text" || typeof pp.text !== "string") {
-          throw badField(`${at}.content[${j}]`, `only {"type":"text","text":…} parts are supported`);
+          throw badField(
+            `${at}.content[${j}]`,
+            `only {"type":"text","text":…} parts are supported`,
+          );
         }
         return pp.text;
       }).join("");
     } else throw badField(`${at}.content`, "expected a string or an array of text parts");
-    if (r.name !== undefined && typeof r.name !== "string") throw badField(`${at}.name`, "expected a string");
+    if (r.name !== undefined && typeof r.name !== "string") {
+      throw badField(`${at}.name`, "expected a string");
+    }
     const out: ChatMessage = { role: r.role, content };
     if (typeof r.name === "string") out.name = r.name;
     return out;

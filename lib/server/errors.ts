@@ -22,7 +22,12 @@ export class ApiError extends Error {
   constructor(
     status: number,
     message: string,
-    o: { type?: string; param?: string | null; code?: string | null; headers?: Record<string, string> } = {},
+    o: {
+      type?: string;
+      param?: string | null;
+      code?: string | null;
+      headers?: Record<string, string>;
+    } = {},
   ) {
     super(message);
     this.name = "ApiError";

@@ -92,11 +92,15 @@ export function createHandler(options: HandlerOptions): Handler {
   let failure: Error | null = null;
 
   const ready = (async () => {
-    const model = typeof options.model === "string" ? await Model.load(options.model) : options.model;
+    const model = typeof options.model === "string"
+      ? await Model.load(options.model)
+      : options.model;
     const perSlot = options.ctxSize
       ? Math.floor(options.ctxSize / parallel)
       : Math.min(model.hparams.nCtxTrain, 4096);
-    if (perSlot < 8) throw new RangeError(`createHandler: ctxSize gives ${perSlot} tokens per slot`);
+    if (perSlot < 8) {
+      throw new RangeError(`createHandler: ctxSize gives ${perSlot} tokens per slot`);
+    }
     const ctx = await Context.create(model, {
       nSeqMax: parallel,
       nCtx: perSlot * parallel,
@@ -204,7 +208,9 @@ export function createHandler(options: HandlerOptions): Handler {
         throw badField(`tokens[${i}]`, `expected a token id in [0, ${nVocab})`);
       }
     });
-    return Response.json({ content: s.model.tokenizer.decode(t as number[], { unparseSpecial: true }) });
+    return Response.json({
+      content: s.model.tokenizer.decode(t as number[], { unparseSpecial: true }),
+    });
   }
 
   async function completion(req: Request, s: Loaded, chat: boolean): Promise<Response> {
@@ -215,9 +221,16 @@ export function createHandler(options: HandlerOptions): Handler {
     );
     const model = body.model;
     if (model !== undefined && model !== null && model !== modelId) {
-      throw badField("model", `unknown model ${JSON.stringify(model)}; this server has ${modelId}`, "model_not_found");
+      throw badField(
+        "model",
+        `unknown model ${JSON.stringify(model)}; this server has ${modelId}`,
+        "model_not_found",
+      );
     }
-    const sr = samplingRequest(body, chat ? ["max_completion_tokens", "max_tokens"] : ["max_tokens"]);
+    const sr = samplingRequest(
+      body,
+      chat ? ["max_completion_tokens", "max_tokens"] : ["max_tokens"],
+    );
     const tok = s.model.tokenizer;
     let prompt: string, opts: GenerateOptions;
     if (chat) {
@@ -226,12 +239,19 @@ export function createHandler(options: HandlerOptions): Handler {
       // A template that writes BOS itself must not get a second one.
       opts = { addSpecial: !(bos && prompt.startsWith(bos)), parseSpecial: true };
     } else {
-      const p = Array.isArray(body.prompt) && body.prompt.length === 1 ? body.prompt[0] : body.prompt;
-      if (typeof p !== "string") throw badField("prompt", "expected a string (or an array of one string)");
+      const p = Array.isArray(body.prompt) && body.prompt.length === 1
+        ? body.prompt[0]
+        : body.prompt;
+      if (typeof p !== "string") {
+        throw badField("prompt", "expected a string (or an array of one string)");
+      }
       prompt = p;
       opts = {};
     }
-    const ids = tok.encode(prompt, { addSpecial: opts.addSpecial ?? true, parseSpecial: opts.parseSpecial });
+    const ids = tok.encode(prompt, {
+      addSpecial: opts.addSpecial ?? true,
+      parseSpecial: opts.parseSpecial,
+    });
     if (ids.length === 0) throw badField(chat ? "messages" : "prompt", "the prompt has no tokens");
     if (ids.length >= s.slotCtx) {
       throw badField(
@@ -264,7 +284,12 @@ export function createHandler(options: HandlerOptions): Handler {
       }
       const { finish, nTokens } = r.value;
       const choice = chat
-        ? { index: 0, message: { role: "assistant", content: text }, logprobs: null, finish_reason: finish }
+        ? {
+          index: 0,
+          message: { role: "assistant", content: text },
+          logprobs: null,
+          finish_reason: finish,
+        }
         : { index: 0, text, logprobs: null, finish_reason: finish };
       return Response.json({
         ...head,
@@ -304,13 +329,19 @@ export function createHandler(options: HandlerOptions): Handler {
             return;
           }
           c.enqueue(sse(chunk(chat ? null : "", r.value.finish)));
-          if (sr.includeUsage) c.enqueue(sse({ ...head, object, choices: [], usage: usage(r.value.nTokens) }));
+          if (sr.includeUsage) {
+            c.enqueue(sse({ ...head, object, choices: [], usage: usage(r.value.nTokens) }));
+          }
           c.enqueue(enc.encode("data: [DONE]\n\n"));
           c.close();
         } catch (e) {
           if (signal.aborted) return c.close();
           const err = e instanceof ApiError ? e : new ApiError(500, (e as Error).message);
-          c.enqueue(sse({ error: { message: err.message, type: err.type, param: err.param, code: err.code } }));
+          c.enqueue(
+            sse({
+              error: { message: err.message, type: err.type, param: err.param, code: err.code },
+            }),
+          );
           c.close();
         }
       },
@@ -377,7 +408,9 @@ async function* runJob(
   } catch (e) {
     if (e instanceof ApiError || signal.aborted) throw e;
     const name = (e as Error)?.name;
-    if (name === "OptionError" || name === "RangeError") throw new ApiError(400, (e as Error).message);
+    if (name === "OptionError" || name === "RangeError") {
+      throw new ApiError(400, (e as Error).message);
+    }
     throw e;
   } finally {
     await it.return(undefined as never).catch(() => {});

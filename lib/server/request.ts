@@ -82,7 +82,10 @@ export function num(
   const v = body[key];
   if (v === undefined || v === null) return undefined;
   if (!isNum(v) || (integer && !Number.isInteger(v))) {
-    throw badField(key, `expected ${integer ? "an integer" : "a number"}, got ${JSON.stringify(v)}`);
+    throw badField(
+      key,
+      `expected ${integer ? "an integer" : "a number"}, got ${JSON.stringify(v)}`,
+    );
   }
   if (v < min || v > max) throw badField(key, `${v} is outside [${min}, ${max}]`);
   return v;
@@ -179,7 +182,9 @@ export function samplingRequest(
     }
     const s = so as Record<string, unknown>;
     const extra = Object.keys(s).filter((k) => k !== "include_usage");
-    if (extra.length) throw badField(`stream_options.${extra[0]}`, "unknown field", "unknown_field");
+    if (extra.length) {
+      throw badField(`stream_options.${extra[0]}`, "unknown field", "unknown_field");
+    }
     const iu = s.include_usage;
     if (iu !== undefined && iu !== null && typeof iu !== "boolean") {
       throw badField("stream_options.include_usage", "expected a boolean");
@@ -207,12 +212,16 @@ function stopStrings(v: unknown): string[] {
 /** `response_format` → a JSON schema for the grammar, compiled now so that a bad one is a 400. */
 function responseFormat(v: unknown): { jsonSchema?: JsonSchema } {
   if (v === undefined || v === null) return {};
-  if (typeof v !== "object" || Array.isArray(v)) throw badField("response_format", "expected an object");
+  if (typeof v !== "object" || Array.isArray(v)) {
+    throw badField("response_format", "expected an object");
+  }
   const rf = v as Record<string, unknown>;
   let schema: JsonSchema;
   if (rf.type === "text") return {};
   if (rf.type === "json_object") {
-    schema = rf.schema && typeof rf.schema === "object" ? rf.schema as JsonSchema : { type: "object" };
+    schema = rf.schema && typeof rf.schema === "object"
+      ? rf.schema as JsonSchema
+      : { type: "object" };
   } else if (rf.type === "json_schema") {
     const js = rf.json_schema;
     if (typeof js !== "object" || js === null || Array.isArray(js)) {
