@@ -145,3 +145,4 @@ export {
 } from "./lib/quant/quantize.ts";
 export { type QuantPreset } from "./lib/quant/rules.ts";
 export { type BackendChoice, type BackendPlan } from "./lib/runtime/backends.ts";
+export { createHandler, type Handler, type HandlerOptions } from "./lib/server/handler.ts";
