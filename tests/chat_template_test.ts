@@ -1,0 +1,143 @@
+/**
+ * Chat templates: every template in ../shared/fixtures/templates/ rendered
+ * by `ChatTemplate` (`@huggingface/jinja`) equals what Python's jinja2
+ * renders with the transformers conventions (sandboxed environment,
+ * trim_blocks, lstrip_blocks, loopcontrols, {% generation %}, its tojson, raise_exception,
+ * strftime_now), for a fixed set of conversations. The expectations are
+ * generated here, by python3, in the test's setup.
+ */
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { type ChatMessage, ChatTemplate } from "../lib/server/chat.ts";
+
+const DIR = fileURLToPath(new URL("../../shared/fixtures/templates/", import.meta.url));
+
+const CONVERSATIONS: ChatMessage[][] = [
+  [{ role: "user", content: "Hello" }],
+  [{ role: "system", content: "You are Tolstoy." }, { role: "user", content: "Hi there" }],
+  [
+    { role: "system", content: "Be brief." },
+    { role: "user", content: "Who is Natasha?" },
+    { role: "assistant", content: "A Rostov." },
+    { role: "user", content: "And Pierre?" },
+  ],
+];
+
+/**
+ * Templates `@huggingface/jinja` cannot render yet without `tools`: Python's
+ * Undefined iterates as empty and has a length, this one's throws; and
+ * integer dict keys. Each must still fail, so that a fix shows up here.
+ */
+const KNOWN_GAPS: Record<string, string> = {
+  "ByteDance-Seed-OSS.jinja": "Object keys must be strings",
+  "CohereForAI-c4ai-command-r-plus-tool_use.jinja": "Expected iterable",
+  "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja": "Expected iterable",
+  "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": "Expected iterable",
+  "meetkai-functionary-medium-v3.1.jinja": "selectattr",
+  "unsloth-Apriel-1.5.jinja": "length",
+};
+
+const PY = String.raw`
+import json, sys, os, datetime
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+class AssistantTracker(Extension):
+    # transformers' {% generation %} … {% endgeneration %}: renders its body
+    tags = {"generation"}
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+    def _render(self, caller):
+        return caller()
+def raise_exception(m): raise jinja2.exceptions.TemplateError(m)
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, loopcontrols])
+env.filters["tojson"] = tojson
+env.globals["raise_exception"] = raise_exception
+env.globals["strftime_now"] = lambda f: datetime.datetime.now().strftime(f)
+convs = json.loads(sys.stdin.read())
+out = {}
+for f in sorted(os.listdir(sys.argv[1])):
+    src = open(os.path.join(sys.argv[1], f)).read()
+    res = []
+    for c in convs:
+        try:
+            res.append({"ok": env.from_string(src).render(messages=c, add_generation_prompt=True, bos_token="<BOS>", eos_token="<EOS>")})
+        except Exception as e:
+            res.append({"err": str(e)})
+    out[f] = res
+print(json.dumps(out))
+`;
+
+async function pythonRenders(): Promise<
+  Record<string, ({ ok: string } | { err: string })[]> | null
+> {
+  try {
+    const p = new Deno.Command("python3", {
+      args: ["-c", PY, DIR],
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const w = p.stdin.getWriter();
+    await w.write(new TextEncoder().encode(JSON.stringify(CONVERSATIONS)));
+    await w.close();
+    const r = await p.output();
+    if (!r.success) {
+      console.error(new TextDecoder().decode(r.stderr));
+      return null;
+    }
+    return JSON.parse(new TextDecoder().decode(r.stdout));
+  } catch {
+    return null;
+  }
+}
+
+const expected = await pythonRenders();
+
+Deno.test({
+  name: "chat templates: every fixture renders as Python's jinja2 does",
+  ignore: expected === null, // no python3 with jinja2 here
+  fn() {
+    const files = Object.keys(expected!);
+    assert.ok(files.length >= 50, `only ${files.length} templates in ${DIR}`);
+    let equal = 0;
+    const wrong: string[] = [];
+    for (const f of files) {
+      const src = Deno.readTextFileSync(DIR + f);
+      const t = new ChatTemplate(src, "<BOS>", "<EOS>");
+      CONVERSATIONS.forEach((c, i) => {
+        const want = expected![f][i];
+        let got: string | Error;
+        try {
+          got = t.render(c);
+        } catch (e) {
+          got = e as Error;
+        }
+        if ("err" in want) {
+          // The template refuses this conversation (raise_exception): so must we.
+          if (!(got instanceof Error)) wrong.push(`${f} #${i}: Python refused (${want.err})`);
+          return;
+        }
+        if (f in KNOWN_GAPS) {
+          if (!(got instanceof Error) || !got.message.includes(KNOWN_GAPS[f])) {
+            wrong.push(`${f} #${i}: a known gap now renders or fails otherwise; update KNOWN_GAPS`);
+          }
+          return;
+        }
+        if (got instanceof Error) wrong.push(`${f} #${i}: ${got.message}`);
+        else if (got !== want.ok) wrong.push(`${f} #${i}: differs`);
+        else equal++;
+      });
+    }
+    console.log(
+      `${equal} renders equal Python's; ${Object.keys(KNOWN_GAPS).length} templates are known gaps`,
+    );
+    assert.deepEqual(wrong, []);
+    assert.ok(equal >= 140, `${equal} renders equal`);
+  },
+});
