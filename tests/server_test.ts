@@ -208,6 +208,43 @@ Deno.test({
         assert.ok(validate(v), JSON.stringify(validate.errors));
       });
 
+      await t.step("logit_bias, llama.cpp's grammar, /metrics", async () => {
+        using ctx = await Context.create(model, { nCtx: SLOT });
+        const plain = await generateText(ctx, "The prince", { temperature: 0, maxTokens: 6 });
+        const banned = plain.tokens[0];
+        const want = await generateText(ctx, "The prince", {
+          temperature: 0,
+          maxTokens: 6,
+          logitBias: [[banned, -Infinity]],
+        });
+        const r = await client.completions.create({
+          model: id,
+          prompt: "The prince",
+          max_tokens: 6,
+          temperature: 0,
+          logit_bias: { [banned]: -100 },
+        });
+        assert.equal(r.choices[0].text, want.text);
+        assert.notEqual(want.tokens[0], banned);
+        const g = await client.completions.create({
+          model: id,
+          prompt: "Is he rich?",
+          max_tokens: 10,
+          // @ts-expect-error: llama.cpp's extra field
+          grammar: 'root ::= "yes" | "no"',
+        });
+        assert.ok(["yes", "no"].includes(g.choices[0].text), g.choices[0].text);
+        assert.equal(g.choices[0].finish_reason, "stop");
+        const m = await (await fetch(`${base}/metrics`, {
+          headers: { authorization: `Bearer ${KEY}` },
+        })).text();
+        const metric = (name: string) =>
+          Number(m.match(new RegExp(`^llmedge:${name} (\\S+)$`, "m"))?.[1]);
+        assert.ok(metric("tokens_predicted_total") > 100, m);
+        assert.ok(metric("requests_total") >= 10, m);
+        assert.equal(metric("requests_processing"), 0);
+      });
+
       await t.step("an aborted stream frees its slot", async () => {
         const abort = new AbortController();
         const stream = await client.completions.create({
@@ -306,6 +343,18 @@ Deno.test({
           ],
           ["wrong method", fetch(`${base}/v1/completions`, { headers: auth }), 405, null],
           ["no endpoint", fetch(`${base}/v1/nope`, { headers: auth }), 404, null],
+          [
+            "bad grammar",
+            post("/v1/completions", json({ ...ok, grammar: "root ::= (" })),
+            400,
+            "grammar",
+          ],
+          [
+            "bias id",
+            post("/v1/completions", json({ ...ok, logit_bias: { "x": 1 } })),
+            400,
+            "logit_bias",
+          ],
           ["detokenize range", post("/detokenize", json({ tokens: [-1] })), 400, "tokens[0]"],
         ];
         for (const [what, p, status, param] of cases) {
@@ -382,12 +431,11 @@ Deno.test({
 });
 
 Deno.test({
-  name:
-    "server: 503 while loading, a queued request's abort leaves the queue, 300 hostile requests",
+  name: "server: 503 while loading or with a full queue, a queued abort, 300 hostile requests",
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    const handler = createHandler({ model: MODEL, parallel: 1, ctxSize: SLOT });
+    const handler = createHandler({ model: MODEL, parallel: 1, ctxSize: SLOT, maxQueue: 1 });
     const loading = await handler(new Request("http://x/health"));
     assert.equal(loading.status, 503);
     assert.equal((await loading.json()).error.type, "unavailable_error");
@@ -404,6 +452,11 @@ Deno.test({
       const waiting = handler(req({ prompt: "He", max_tokens: 2 }, ac.signal));
       await new Promise((r) => setTimeout(r, 20));
       assert.equal(handler.stats().queued, 1);
+      // The queue holds one: a third request is refused at once.
+      const full = await handler(req({ prompt: "He", max_tokens: 2 }));
+      assert.equal(full.status, 503);
+      assert.equal(full.headers.get("retry-after"), "1");
+      assert.equal((await full.json()).error.code, "server_busy");
       ac.abort();
       assert.notEqual((await waiting).status, 200);
       assert.equal(handler.stats().queued, 0);

@@ -53,6 +53,8 @@ export interface HandlerOptions {
   chatTemplate?: string;
   /** CPU threads for the context. */
   threads?: number;
+  /** Requests that may wait for a slot; beyond them a 503 with Retry-After (default 64 per slot). */
+  maxQueue?: number;
 }
 
 /** The request handler, with its load state. */
@@ -113,7 +115,8 @@ export function createHandler(options: HandlerOptions): Handler {
       (model.file.header.get("tokenizer.chat_template")?.value as string | undefined) ??
       CHATML_TEMPLATE;
     const template = new ChatTemplate(src, piece(tok.bos), piece(tok.eos));
-    state = { model, ctx, pool: new SlotPool(seqs), slotCtx: perSlot, template };
+    const pool = new SlotPool(seqs, options.maxQueue ?? 64 * parallel);
+    state = { model, ctx, pool, slotCtx: perSlot, template };
   })();
   ready.catch((e) => failure = e as Error);
 
@@ -133,6 +136,7 @@ export function createHandler(options: HandlerOptions): Handler {
     "/completions": ["POST", (r, s) => completion(r, s, false)],
     "/v1/chat/completions": ["POST", (r, s) => completion(r, s, true)],
     "/chat/completions": ["POST", (r, s) => completion(r, s, true)],
+    "/metrics": ["GET", (_r, s) => Promise.resolve(metricsResponse(s))],
     "/tokenize": ["POST", tokenize],
     "/detokenize": ["POST", detokenize],
   };
@@ -174,6 +178,27 @@ export function createHandler(options: HandlerOptions): Handler {
 
   const notAllowed = (allow: string) =>
     new ApiError(405, `method not allowed; use ${allow}`, { headers: { Allow: allow } });
+
+  const metrics = { requests: 0, promptTokens: 0, genTokens: 0, promptMs: 0, genMs: 0 };
+
+  // Prometheus text format, llama-server's names where it has them.
+  function metricsResponse(s: Loaded): Response {
+    const m = metrics;
+    const lines = [
+      ["counter", "requests_total", "Completion requests finished.", m.requests],
+      ["counter", "prompt_tokens_total", "Prompt tokens processed.", m.promptTokens],
+      ["counter", "tokens_predicted_total", "Tokens generated.", m.genTokens],
+      ["counter", "prompt_seconds_total", "Prompt processing time.", m.promptMs / 1000],
+      ["counter", "tokens_predicted_seconds_total", "Generation time.", m.genMs / 1000],
+      ["gauge", "requests_processing", "Requests holding a slot.", s.pool.size - s.pool.free],
+      ["gauge", "requests_deferred", "Requests waiting for a slot.", s.pool.queued],
+    ].map(([type, name, help, v]) =>
+      `# HELP llmedge:${name} ${help}\n# TYPE llmedge:${name} ${type}\nllmedge:${name} ${v}\n`
+    );
+    return new Response(lines.join(""), {
+      headers: { "content-type": "text/plain; version=0.0.4" },
+    });
+  }
 
   function models(): Response {
     return Response.json({
@@ -230,6 +255,7 @@ export function createHandler(options: HandlerOptions): Handler {
     const sr = samplingRequest(
       body,
       chat ? ["max_completion_tokens", "max_tokens"] : ["max_tokens"],
+      s.model.tokenizer.nVocab,
     );
     const tok = s.model.tokenizer;
     let prompt: string, opts: GenerateOptions;
@@ -273,7 +299,7 @@ export function createHandler(options: HandlerOptions): Handler {
     });
     const ac = new AbortController();
     const signal = AbortSignal.any([req.signal, ac.signal]);
-    const run = runJob(s, prompt, ids, gen, sr.stop, signal);
+    const run = runJob(s, prompt, ids, gen, sr.stop, signal, metrics);
 
     if (!sr.stream) {
       let text = "";
@@ -298,8 +324,6 @@ export function createHandler(options: HandlerOptions): Handler {
         usage: usage(nTokens),
       });
     }
-    // Streaming: the first step runs before the response, so that a failure
-    // to start (an aborted wait) is a status rather than a broken stream.
     const enc = new TextEncoder();
     const sse = (o: unknown) => enc.encode(`data: ${JSON.stringify(o)}\n\n`);
     const object = chat ? "chat.completion.chunk" : "text_completion";
@@ -317,13 +341,19 @@ export function createHandler(options: HandlerOptions): Handler {
           : { index: 0, text: delta ?? "", logprobs: null, finish_reason: finish },
       ],
     });
+    // The first step (slot, prompt, first text) runs before the response:
+    // a full queue or a bad request is then a status, not a broken stream,
+    // and the started generator releases its slot however the stream ends.
+    let first: IteratorResult<string, { finish: "stop" | "length"; nTokens: number }> | null =
+      await run.next();
     let started = false;
     const body2 = new ReadableStream<Uint8Array>({
       async pull(c) {
         try {
           if (!started && chat) c.enqueue(sse(chunk(null, null, true)));
           started = true;
-          const r = await run.next();
+          const r = first ?? await run.next();
+          first = null;
           if (!r.done) {
             if (r.value) c.enqueue(sse(chunk(r.value, null)));
             return;
@@ -387,6 +417,13 @@ async function* runJob(
   gen: GenerateOptions,
   stops: string[],
   signal: AbortSignal,
+  metrics: {
+    requests: number;
+    promptTokens: number;
+    genTokens: number;
+    promptMs: number;
+    genMs: number;
+  },
 ): AsyncGenerator<string, { finish: "stop" | "length"; nTokens: number }, undefined> {
   const seq = await s.pool.acquire(ids, signal);
   const it = generate(seq, prompt, { ...gen, signal });
@@ -396,6 +433,12 @@ async function* runJob(
     for (;;) {
       const r = await it.next();
       if (r.done) {
+        const t = r.value.timings;
+        metrics.requests++;
+        metrics.promptTokens += t.promptTokens;
+        metrics.genTokens += t.genTokens;
+        metrics.promptMs += t.promptTokens / Math.max(t.promptTps, 1e-9) * 1000;
+        metrics.genMs += t.genTokens / Math.max(t.genTps, 1e-9) * 1000;
         const rest = scan.flush();
         if (rest) yield rest;
         return { finish: r.value.stopReason === "eog" ? "stop" : "length", nTokens };

@@ -3,10 +3,12 @@
  * request waits for a free slot (its AbortSignal ends the wait), takes the
  * free one whose cache shares the longest prefix with its prompt (so a
  * follow-up chat turn reuses its earlier turns), and gives it back when done.
+ * Beyond `maxQueue` waiting requests, a request is refused (503).
  *
  * @module
  */
 import type { Sequence } from "../runtime/sequence.ts";
+import { ApiError } from "./errors.ts";
 
 /** A pool of sequences handed out one request at a time. */
 export class SlotPool {
@@ -14,9 +16,12 @@ export class SlotPool {
   readonly #free: Set<Sequence>;
   readonly #waiters: { resolve: () => void }[] = [];
 
-  /** A pool over `seqs` (all free). */
-  constructor(seqs: Sequence[]) {
+  readonly #maxQueue: number;
+
+  /** A pool over `seqs` (all free); at most `maxQueue` requests wait. */
+  constructor(seqs: Sequence[], maxQueue = Infinity) {
     this.#seqs = seqs;
+    this.#maxQueue = maxQueue;
     this.#free = new Set(seqs);
   }
 
@@ -39,6 +44,13 @@ export class SlotPool {
   async acquire(prompt: readonly number[], signal?: AbortSignal): Promise<Sequence> {
     while (this.#free.size === 0) {
       signal?.throwIfAborted();
+      if (this.#waiters.length >= this.#maxQueue) {
+        throw new ApiError(503, `all ${this.#seqs.length} slots are busy and the queue is full`, {
+          type: "unavailable_error",
+          code: "server_busy",
+          headers: { "Retry-After": "1" },
+        });
+      }
       await new Promise<void>((resolve, reject) => {
         const w = { resolve };
         const onAbort = () => {

@@ -126,6 +126,11 @@ export const COMMON_FIELDS = [
   "n",
   "user",
   "logprobs",
+  "logit_bias",
+  "mirostat",
+  "mirostat_tau",
+  "mirostat_eta",
+  "grammar",
 ] as const;
 
 /** A checked generation request (the parts common to both endpoints). */
@@ -145,10 +150,11 @@ export interface SamplingRequest {
 /** Largest accepted token count: beyond it a request is a mistake, not a wish. */
 const MAX_TOKENS = 2 ** 31 - 1;
 
-/** Checks the common fields of `body`. */
+/** Checks the common fields of `body` (`nVocab` bounds `logit_bias` token ids). */
 export function samplingRequest(
   body: Record<string, unknown>,
   maxTokensKeys: readonly string[],
+  nVocab: number,
 ): SamplingRequest {
   let maxTokens: number | undefined;
   for (const k of maxTokensKeys) maxTokens ??= num(body, k, 1, MAX_TOKENS, true);
@@ -167,6 +173,11 @@ export function samplingRequest(
     presencePenalty: num(body, "presence_penalty", -2, 2),
     frequencyPenalty: num(body, "frequency_penalty", -2, 2),
     repeatPenalty: num(body, "repeat_penalty", 0, 100),
+    mirostat: num(body, "mirostat", 0, 2, true) as 0 | 1 | 2 | undefined,
+    mirostatTau: num(body, "mirostat_tau", 0, 100),
+    mirostatEta: num(body, "mirostat_eta", 0, 100),
+    logitBias: logitBias(body.logit_bias, nVocab),
+    grammar: grammar(body.grammar),
   };
   for (const k of Object.keys(opts) as (keyof GenerateOptions)[]) {
     if (opts[k] === undefined) delete opts[k];
@@ -191,8 +202,44 @@ export function samplingRequest(
     }
     includeUsage = iu === true;
   }
-  Object.assign(opts, responseFormat(body.response_format));
+  const rf = responseFormat(body.response_format);
+  if (rf.jsonSchema !== undefined && opts.grammar !== undefined) {
+    throw badField("grammar", "grammar and a JSON response_format exclude each other");
+  }
+  Object.assign(opts, rf);
   return { options: opts, maxTokens, stop, stream, includeUsage };
+}
+
+// OpenAI's {"token id": bias in [-100, 100]}; -100 bans the token, as llama-server does.
+function logitBias(v: unknown, nVocab: number): Map<number, number> | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "object" || Array.isArray(v)) {
+    throw badField("logit_bias", "expected an object of token id -> bias");
+  }
+  const m = new Map<number, number>();
+  for (const [k, b] of Object.entries(v)) {
+    const id = Number(k);
+    if (!/^\d+$/.test(k) || id >= nVocab) {
+      throw badField("logit_bias", `${JSON.stringify(k)} is not a token id in [0, ${nVocab})`);
+    }
+    if (!isNum(b) || b < -100 || b > 100) {
+      throw badField("logit_bias", `the bias of token ${k} must be a number in [-100, 100]`);
+    }
+    m.set(id, b === -100 ? -Infinity : b);
+  }
+  return m;
+}
+
+// llama.cpp's extra: a GBNF grammar, parsed now so that a bad one is a 400.
+function grammar(v: unknown): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "string") throw badField("grammar", "expected a GBNF string");
+  try {
+    parseGrammar(v);
+  } catch (e) {
+    throw badField("grammar", (e as Error).message, "invalid_grammar");
+  }
+  return v;
 }
 
 function stopStrings(v: unknown): string[] {
