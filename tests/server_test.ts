@@ -13,6 +13,7 @@ import { fileURLToPath } from "node:url";
 import { Model } from "../lib/model/model.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { generateText } from "../lib/runtime/generate.ts";
+import { embed } from "../lib/runtime/embed.ts";
 import { createHandler } from "../lib/server/handler.ts";
 import { CHATML_TEMPLATE, ChatTemplate } from "../lib/server/chat.ts";
 import { StopScanner } from "../lib/server/stop.ts";
@@ -245,6 +246,23 @@ Deno.test({
         assert.equal(metric("requests_processing"), 0);
       });
 
+      await t.step("embeddings.create equals embed() with mean pooling", async () => {
+        using ctx = await Context.create(model, { embeddings: true, nCtx: SLOT, nSeqMax: 2 });
+        const input = ["Natasha danced", "Pierre laughed"];
+        const want = await embed(ctx, input, { pooling: "mean", normalize: 2 });
+        const r = await client.embeddings.create({ model: id, input }); // base64 on the wire
+        assert.equal(r.object, "list");
+        assert.deepEqual(r.data.map((d) => d.index), [0, 1]);
+        assert.deepEqual(r.data.map((d) => d.embedding), want.map((v) => Array.from(v)));
+        const f = await client.embeddings.create({
+          model: id,
+          input: input[1],
+          encoding_format: "float",
+        });
+        assert.deepEqual(f.data[0].embedding, Array.from(want[1]));
+        assert.ok(r.usage.prompt_tokens > 2);
+      });
+
       await t.step("an aborted stream frees its slot", async () => {
         const abort = new AbortController();
         const stream = await client.completions.create({
@@ -354,6 +372,13 @@ Deno.test({
             post("/v1/completions", json({ ...ok, logit_bias: { "x": 1 } })),
             400,
             "logit_bias",
+          ],
+          ["empty input", post("/v1/embeddings", json({ model: id, input: [] })), 400, "input"],
+          [
+            "input id",
+            post("/v1/embeddings", json({ model: id, input: [[1e9]] })),
+            400,
+            "input[0]",
           ],
           ["detokenize range", post("/detokenize", json({ tokens: [-1] })), 400, "tokens[0]"],
         ];

@@ -4,9 +4,9 @@
  * framework speaking Request/Response.
  *
  * Endpoints: `GET /v1/models`, `POST /v1/completions`,
- * `POST /v1/chat/completions` (plain JSON or server-sent events), and
- * llama-server's `GET /health` (503 while loading), `POST /tokenize`,
- * `POST /detokenize`. Requests run on `parallel` sequences of one context:
+ * `POST /v1/chat/completions` (plain JSON or server-sent events),
+ * `POST /v1/embeddings`, and llama-server's `GET /health` (503 while
+ * loading), `POST /tokenize`, `POST /detokenize`, `GET /metrics`. Requests run on `parallel` sequences of one context:
  * concurrent generations share each decode batch (continuous batching),
  * and a request beyond the free slots waits for one. Each slot gets
  * `ctxSize / parallel` tokens of the context (llama-server's split).
@@ -34,6 +34,7 @@ import { bool, checkKnown, COMMON_FIELDS, readJson, samplingRequest, str } from 
 import { CHATML_TEMPLATE, ChatTemplate, checkMessages } from "./chat.ts";
 import { SlotPool } from "./pool.ts";
 import { StopScanner } from "./stop.ts";
+import { EmbeddingService } from "./embeddings.ts";
 
 /** Options of {@link createHandler}. */
 export interface HandlerOptions {
@@ -75,6 +76,7 @@ interface Loaded {
   pool: SlotPool;
   slotCtx: number;
   template: ChatTemplate;
+  embeddings: EmbeddingService;
 }
 
 /** Builds the handler; the model loads in the background (`/health` answers 503 meanwhile). */
@@ -116,7 +118,8 @@ export function createHandler(options: HandlerOptions): Handler {
       CHATML_TEMPLATE;
     const template = new ChatTemplate(src, piece(tok.bos), piece(tok.eos));
     const pool = new SlotPool(seqs, options.maxQueue ?? 64 * parallel);
-    state = { model, ctx, pool, slotCtx: perSlot, template };
+    const embeddings = new EmbeddingService(model, perSlot, options.threads);
+    state = { model, ctx, pool, slotCtx: perSlot, template, embeddings };
   })();
   ready.catch((e) => failure = e as Error);
 
@@ -136,6 +139,8 @@ export function createHandler(options: HandlerOptions): Handler {
     "/completions": ["POST", (r, s) => completion(r, s, false)],
     "/v1/chat/completions": ["POST", (r, s) => completion(r, s, true)],
     "/chat/completions": ["POST", (r, s) => completion(r, s, true)],
+    "/v1/embeddings": ["POST", embeddings],
+    "/embeddings": ["POST", embeddings],
     "/metrics": ["GET", (_r, s) => Promise.resolve(metricsResponse(s))],
     "/tokenize": ["POST", tokenize],
     "/detokenize": ["POST", detokenize],
@@ -207,6 +212,10 @@ export function createHandler(options: HandlerOptions): Handler {
     });
   }
 
+  async function embeddings(req: Request, s: Loaded): Promise<Response> {
+    return await s.embeddings.handle(await readJson(req, limit), modelId, req.signal);
+  }
+
   async function tokenize(req: Request, s: Loaded): Promise<Response> {
     const body = await readJson(req, limit);
     checkKnown(body, ["content", "add_special", "parse_special", "with_pieces"]);
@@ -240,6 +249,11 @@ export function createHandler(options: HandlerOptions): Handler {
 
   async function completion(req: Request, s: Loaded, chat: boolean): Promise<Response> {
     const body = await readJson(req, limit);
+    if (s.model.arch.output !== "logits") {
+      throw new ApiError(400, `${modelId} is an embedding model: it cannot generate text`, {
+        code: "model_not_supported",
+      });
+    }
     checkKnown(
       body,
       chat ? [...COMMON_FIELDS, "messages", "max_completion_tokens"] : [...COMMON_FIELDS, "prompt"],
@@ -397,6 +411,7 @@ export function createHandler(options: HandlerOptions): Handler {
     async close() {
       await ready.catch(() => {});
       if (!state) return;
+      await state.embeddings.dispose();
       state.pool.dispose();
       state.ctx[Symbol.dispose]();
       if (ownsModel) state.model[Symbol.dispose]();
