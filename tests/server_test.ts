@@ -184,6 +184,27 @@ Deno.test({
         assert.equal(role, "assistant");
         assert.equal(text, want);
         assert.equal(finish, "length");
+        // The next turn goes to the slot that holds the conversation and reuses it.
+        const next = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${KEY}` },
+          body: JSON.stringify({
+            model: id,
+            messages: [...messages, { role: "assistant", content: want }, {
+              role: "user",
+              content: "And the princess?",
+            }],
+            max_tokens: 4,
+            temperature: 0,
+          }),
+        });
+        const nt = (await next.json()).timings;
+        const turn1 = (await (await fetch(`${base}/tokenize`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${KEY}` },
+          body: JSON.stringify({ content: tpl.render(messages), add_special: true }),
+        })).json()).tokens.length;
+        assert.ok(nt.cache_n >= turn1, `reused ${nt.cache_n} of the first turn's ${turn1}`);
       });
 
       await t.step("response_format json_schema: the output parses and validates", async () => {

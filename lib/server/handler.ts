@@ -322,7 +322,7 @@ export function createHandler(options: HandlerOptions): Handler {
         text += r.value;
         r = await run.next();
       }
-      const { finish, nTokens } = r.value;
+      const { finish, nTokens, timings } = r.value;
       const choice = chat
         ? {
           index: 0,
@@ -336,6 +336,7 @@ export function createHandler(options: HandlerOptions): Handler {
         object: chat ? "chat.completion" : "text_completion",
         choices: [choice],
         usage: usage(nTokens),
+        timings,
       });
     }
     const enc = new TextEncoder();
@@ -358,8 +359,7 @@ export function createHandler(options: HandlerOptions): Handler {
     // The first step (slot, prompt, first text) runs before the response:
     // a full queue or a bad request is then a status, not a broken stream,
     // and the started generator releases its slot however the stream ends.
-    let first: IteratorResult<string, { finish: "stop" | "length"; nTokens: number }> | null =
-      await run.next();
+    let first: IteratorResult<string, JobResult> | null = await run.next();
     let started = false;
     const body2 = new ReadableStream<Uint8Array>({
       async pull(c) {
@@ -374,7 +374,13 @@ export function createHandler(options: HandlerOptions): Handler {
           }
           c.enqueue(sse(chunk(chat ? null : "", r.value.finish)));
           if (sr.includeUsage) {
-            c.enqueue(sse({ ...head, object, choices: [], usage: usage(r.value.nTokens) }));
+            c.enqueue(sse({
+              ...head,
+              object,
+              choices: [],
+              usage: usage(r.value.nTokens),
+              timings: r.value.timings,
+            }));
           }
           c.enqueue(enc.encode("data: [DONE]\n\n"));
           c.close();
@@ -420,6 +426,35 @@ export function createHandler(options: HandlerOptions): Handler {
   });
 }
 
+/** llama-server's `timings` of a request (an extra field of its responses). */
+export interface JobTimings {
+  /** Prompt tokens reused from the slot's cache. */
+  cache_n: number;
+  /** Prompt tokens evaluated. */
+  prompt_n: number;
+  /** Milliseconds until the first token was sampled. */
+  prompt_ms: number;
+  /** Tokens generated. */
+  predicted_n: number;
+  /** Milliseconds of generation after the first token. */
+  predicted_ms: number;
+}
+
+/** How a job ended. */
+interface JobResult {
+  finish: "stop" | "length";
+  nTokens: number;
+  timings: JobTimings;
+}
+
+interface Metrics {
+  requests: number;
+  promptTokens: number;
+  genTokens: number;
+  promptMs: number;
+  genMs: number;
+}
+
 /**
  * One generation on a slot: yields text deltas with stop strings held back
  * and cut, returns why it finished and how many tokens it generated. The
@@ -432,36 +467,49 @@ async function* runJob(
   gen: GenerateOptions,
   stops: string[],
   signal: AbortSignal,
-  metrics: {
-    requests: number;
-    promptTokens: number;
-    genTokens: number;
-    promptMs: number;
-    genMs: number;
-  },
-): AsyncGenerator<string, { finish: "stop" | "length"; nTokens: number }, undefined> {
+  metrics: Metrics,
+): AsyncGenerator<string, JobResult, undefined> {
   const seq = await s.pool.acquire(ids, signal);
+  // What generate will reuse: the common prefix, less the last prompt token.
+  const held = seq.tokens;
+  let cached = 0;
+  while (cached < held.length && cached < ids.length && held[cached] === ids[cached]) cached++;
+  cached = Math.min(cached, ids.length - 1);
+  const t0 = performance.now();
+  let t1 = 0;
   const it = generate(seq, prompt, { ...gen, signal });
   try {
     const scan = new StopScanner(stops);
     let nTokens = 0;
+    const done = (finish: "stop" | "length"): JobResult => {
+      const t2 = performance.now();
+      t1 ||= t2;
+      const timings = {
+        cache_n: cached,
+        prompt_n: ids.length - cached,
+        prompt_ms: t1 - t0,
+        predicted_n: nTokens,
+        predicted_ms: t2 - t1,
+      };
+      metrics.requests++;
+      metrics.promptTokens += timings.prompt_n;
+      metrics.genTokens += nTokens;
+      metrics.promptMs += timings.prompt_ms;
+      metrics.genMs += timings.predicted_ms;
+      return { finish, nTokens, timings };
+    };
     for (;;) {
       const r = await it.next();
+      t1 ||= performance.now();
       if (r.done) {
-        const t = r.value.timings;
-        metrics.requests++;
-        metrics.promptTokens += t.promptTokens;
-        metrics.genTokens += t.genTokens;
-        metrics.promptMs += t.promptTokens / Math.max(t.promptTps, 1e-9) * 1000;
-        metrics.genMs += t.genTokens / Math.max(t.genTps, 1e-9) * 1000;
         const rest = scan.flush();
         if (rest) yield rest;
-        return { finish: r.value.stopReason === "eog" ? "stop" : "length", nTokens };
+        return done(r.value.stopReason === "eog" ? "stop" : "length");
       }
       if (r.value.id >= 0) nTokens++;
       const { text, stopped } = scan.push(r.value.text);
       if (text) yield text;
-      if (stopped) return { finish: "stop", nTokens };
+      if (stopped) return done("stop");
     }
   } catch (e) {
     if (e instanceof ApiError || signal.aborted) throw e;
