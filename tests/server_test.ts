@@ -230,6 +230,76 @@ Deno.test({
         assert.ok(validate(v), JSON.stringify(validate.errors));
       });
 
+      await t.step(
+        "tools: a forced call names a declared function, arguments validate",
+        async () => {
+          const weather = {
+            type: "object",
+            properties: { city: { enum: ["Moscow", "Petersburg"] }, days: { type: "integer" } },
+            required: ["city"],
+            additionalProperties: false,
+          };
+          const tools = [
+            { type: "function" as const, function: { name: "get_weather", parameters: weather } },
+            {
+              type: "function" as const,
+              function: { name: "get_time", parameters: { type: "object", properties: {} } },
+            },
+          ];
+          const messages = [{ role: "user" as const, content: "Weather in Moscow?" }];
+          const r = await client.chat.completions.create({
+            model: id,
+            messages,
+            tools,
+            tool_choice: { type: "function", function: { name: "get_weather" } },
+            max_tokens: 200,
+            seed: 3,
+          });
+          assert.equal(r.choices[0].finish_reason, "tool_calls");
+          const call = r.choices[0].message.tool_calls![0];
+          assert.equal(call.type, "function");
+          assert.equal(call.function.name, "get_weather");
+          const validate = new Ajv().compile(weather);
+          const args = JSON.parse(call.function.arguments);
+          assert.ok(validate(args), JSON.stringify(validate.errors));
+
+          const stream = await client.chat.completions.create({
+            model: id,
+            messages,
+            tools,
+            tool_choice: "required",
+            max_tokens: 200,
+            seed: 4,
+            stream: true,
+          });
+          let name = "", argText = "", finish = null;
+          for await (const c of stream) {
+            for (const tc of c.choices[0]?.delta.tool_calls ?? []) {
+              name += tc.function?.name ?? "";
+              argText += tc.function?.arguments ?? "";
+            }
+            finish = c.choices[0]?.finish_reason ?? finish;
+          }
+          assert.equal(finish, "tool_calls");
+          assert.ok(["get_weather", "get_time"].includes(name), name);
+          assert.equal(typeof JSON.parse(argText), "object");
+
+          // A follow-up turn carrying the call and its result renders and runs.
+          const next = await client.chat.completions.create({
+            model: id,
+            messages: [
+              ...messages,
+              { role: "assistant", content: null, tool_calls: [call] },
+              { role: "tool", tool_call_id: call.id, content: "snow" },
+            ],
+            tools,
+            tool_choice: "none",
+            max_tokens: 4,
+          });
+          assert.equal(typeof next.choices[0].message.content, "string");
+        },
+      );
+
       await t.step("logit_bias, llama.cpp's grammar, /metrics", async () => {
         using ctx = await Context.create(model, { nCtx: SLOT });
         const plain = await generateText(ctx, "The prince", { temperature: 0, maxTokens: 6 });
@@ -393,6 +463,31 @@ Deno.test({
             post("/v1/completions", json({ ...ok, logit_bias: { "x": 1 } })),
             400,
             "logit_bias",
+          ],
+          [
+            "undeclared tool",
+            post(
+              "/v1/chat/completions",
+              json({
+                ...chat,
+                tools: [{ type: "function", function: { name: "f" } }],
+                tool_choice: { type: "function", function: { name: "g" } },
+              }),
+            ),
+            400,
+            "tool_choice",
+          ],
+          [
+            "bad tool schema",
+            post(
+              "/v1/chat/completions",
+              json({
+                ...chat,
+                tools: [{ type: "function", function: { name: "f", parameters: { type: "foo" } } }],
+              }),
+            ),
+            400,
+            "tools[0].function.parameters",
           ],
           ["empty input", post("/v1/embeddings", json({ model: id, input: [] })), 400, "input"],
           [

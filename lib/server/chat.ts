@@ -26,6 +26,10 @@ export interface ChatMessage {
   content: string;
   /** Optional author name. */
   name?: string;
+  /** An assistant's calls, arguments parsed to objects (as templates expect). */
+  tool_calls?: { id: string; type: "function"; function: { name: string; arguments: unknown } }[];
+  /** The call a tool message answers. */
+  tool_call_id?: string;
 }
 
 const ROLES = ["system", "developer", "user", "assistant", "tool"];
@@ -40,7 +44,9 @@ export function checkMessages(v: unknown): ChatMessage[] {
       throw badField(at, "expected an object");
     }
     const r = m as Record<string, unknown>;
-    const extra = Object.keys(r).filter((k) => !["role", "content", "name"].includes(k));
+    const extra = Object.keys(r).filter((k) =>
+      !["role", "content", "name", "tool_calls", "tool_call_id"].includes(k)
+    );
     if (extra.length) {
       throw badField(`${at}.${extra[0]}`, "unknown or unsupported field", "unknown_field");
     }
@@ -67,6 +73,38 @@ export function checkMessages(v: unknown): ChatMessage[] {
     }
     const out: ChatMessage = { role: r.role, content };
     if (typeof r.name === "string") out.name = r.name;
+    if (r.tool_call_id !== undefined && r.tool_call_id !== null) {
+      if (typeof r.tool_call_id !== "string") {
+        throw badField(`${at}.tool_call_id`, "expected a string");
+      }
+      out.tool_call_id = r.tool_call_id;
+    }
+    if (r.tool_calls !== undefined && r.tool_calls !== null) {
+      if (r.role !== "assistant" || !Array.isArray(r.tool_calls)) {
+        throw badField(`${at}.tool_calls`, "expected an array, on an assistant message");
+      }
+      out.tool_calls = r.tool_calls.map((c, j) => {
+        const f = (c as { function?: { name?: unknown; arguments?: unknown } })?.function;
+        if (!f || typeof f.name !== "string" || typeof f.arguments !== "string") {
+          throw badField(
+            `${at}.tool_calls[${j}]`,
+            "expected {id, type, function:{name, arguments}}",
+          );
+        }
+        let args: unknown;
+        try {
+          args = JSON.parse(f.arguments);
+        } catch {
+          throw badField(`${at}.tool_calls[${j}].function.arguments`, "is not JSON");
+        }
+        const id = (c as { id?: unknown }).id;
+        return {
+          id: typeof id === "string" ? id : `call_${j}`,
+          type: "function" as const,
+          function: { name: f.name, arguments: args },
+        };
+      });
+    }
     return out;
   });
 }
@@ -88,14 +126,16 @@ export class ChatTemplate {
   }
 
   /**
-   * The prompt for `messages`, ending with the assistant's turn opened. The
+   * The prompt for `messages` (and `tools`, OpenAI's definitions, for
+   * templates that show them), ending with the assistant's turn opened. The
    * template's `raise_exception` (built into `@huggingface/jinja`) and any
    * render error become a 400 naming `messages`.
    */
-  render(messages: ChatMessage[]): string {
+  render(messages: ChatMessage[], tools?: unknown[]): string {
     try {
       return this.#tpl.render({
         messages,
+        ...(tools ? { tools } : {}),
         add_generation_prompt: true,
         bos_token: this.#bos,
         eos_token: this.#eos,

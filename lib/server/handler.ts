@@ -35,6 +35,7 @@ import { CHATML_TEMPLATE, ChatTemplate, checkMessages } from "./chat.ts";
 import { SlotPool } from "./pool.ts";
 import { StopScanner } from "./stop.ts";
 import { EmbeddingService } from "./embeddings.ts";
+import { checkTools, parseToolCall, type ToolCall } from "./tools.ts";
 
 /** Options of {@link createHandler}. */
 export interface HandlerOptions {
@@ -256,7 +257,16 @@ export function createHandler(options: HandlerOptions): Handler {
     }
     checkKnown(
       body,
-      chat ? [...COMMON_FIELDS, "messages", "max_completion_tokens"] : [...COMMON_FIELDS, "prompt"],
+      chat
+        ? [
+          ...COMMON_FIELDS,
+          "messages",
+          "max_completion_tokens",
+          "tools",
+          "tool_choice",
+          "parallel_tool_calls",
+        ]
+        : [...COMMON_FIELDS, "prompt"],
     );
     const model = body.model;
     if (model !== undefined && model !== null && model !== modelId) {
@@ -273,8 +283,18 @@ export function createHandler(options: HandlerOptions): Handler {
     );
     const tok = s.model.tokenizer;
     let prompt: string, opts: GenerateOptions;
+    const tools = chat ? checkTools(body) : null;
+    // With tools, the reply is read whole: it is a call or text.
+    const toolMode = tools !== null && tools.choice !== "none";
+    if (tools?.schema) {
+      if (sr.options.jsonSchema !== undefined || sr.options.grammar !== undefined) {
+        throw badField("tool_choice", "a forced tool call excludes response_format and grammar");
+      }
+      sr.options.jsonSchema = tools.schema;
+    }
     if (chat) {
-      prompt = s.template.render(checkMessages(body.messages));
+      const messages = checkMessages(body.messages);
+      prompt = s.template.render(messages, toolMode ? tools!.tools : undefined);
       const bos = tok.bos >= 0 ? tok.tokenToPiece(tok.bos, { special: true }) : "";
       // A template that writes BOS itself must not get a second one.
       opts = { addSpecial: !(bos && prompt.startsWith(bos)), parseSpecial: true };
@@ -315,6 +335,50 @@ export function createHandler(options: HandlerOptions): Handler {
     const signal = AbortSignal.any([req.signal, ac.signal]);
     const run = runJob(s, prompt, ids, gen, sr.stop, signal, metrics);
 
+    if (toolMode) {
+      let text = "";
+      let r = await run.next();
+      while (!r.done) {
+        text += r.value;
+        r = await run.next();
+      }
+      const { nTokens, timings } = r.value;
+      const call = parseToolCall(text, tools!.names);
+      const finish = call ? "tool_calls" : r.value.finish;
+      const message: { role: string; content: string | null; tool_calls?: ToolCall[] } = call
+        ? { role: "assistant", content: null, tool_calls: [call] }
+        : { role: "assistant", content: text };
+      const all = {
+        ...head,
+        object: "chat.completion",
+        choices: [{ index: 0, message, logprobs: null, finish_reason: finish }],
+        usage: usage(nTokens),
+        timings,
+      };
+      if (!sr.stream) return Response.json(all);
+      // One delta with the whole call (or text): a valid OpenAI stream.
+      const chunkOf = (delta: unknown, finish: string | null) => ({
+        ...head,
+        object: "chat.completion.chunk",
+        choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+      });
+      const events = [
+        chunkOf({ role: "assistant", content: call ? null : "" }, null),
+        chunkOf(
+          call ? { tool_calls: [{ index: 0, ...call }] } : { content: text },
+          null,
+        ),
+        chunkOf({}, finish),
+        ...(sr.includeUsage
+          ? [{ ...head, object: "chat.completion.chunk", choices: [], usage: all.usage, timings }]
+          : []),
+      ];
+      const sseText = events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("") +
+        "data: [DONE]\n\n";
+      return new Response(sseText, {
+        headers: { "content-type": "text/event-stream", "cache-control": "no-cache" },
+      });
+    }
     if (!sr.stream) {
       let text = "";
       let r = await run.next();
