@@ -33,6 +33,19 @@ Deno.test("mamba f32: logits within 1e-3 of llama.cpp, greedy tokens to the firs
   console.log(`mamba f32: logits max |diff| ${worst.toExponential(2)}`);
 });
 
+Deno.test("mamba with ssm.dt_b_c_rms (FalconMamba's dt/B/C norms): logits and greedy tokens", async () => {
+  const path = `${dir}/mamba_dtbc.gguf`;
+  await writeRandomMamba(path, { nEmbd: 64, nLayer: 2, seed: 9, dtBCRms: true });
+  const worst = await checkDecoderParity(path, {
+    label: "mamba dt_b_c_rms",
+    tol: 1e-3,
+    arch: "mamba",
+    prompts: [promptIds(13, 1, N_VOCAB, 21)],
+    nGen: 16,
+  });
+  console.log(`mamba dt_b_c_rms: logits max |diff| ${worst.toExponential(2)}`);
+});
+
 Deno.test("mamba f16, tied output: logits within llama.cpp's f16 rounding, greedy tokens", async () => {
   // The parity standard's f16 tolerance (matrices stored in f16, activations
   // rounded to f16 for the products, as ggml does).

@@ -117,6 +117,15 @@ export const GENERATE_FLAGS = {
     default: "cpu",
     description: "cpu (native kernels) or ref (pure TypeScript)",
   }),
+  "flash-attn": flag.boolean({
+    aliases: ["fa"],
+    description: "attention through flash attention (llama.cpp's -fa on); needed by a q8_0 cache",
+  }),
+  "cache-type": flag.choice(["f16", "f32", "q8_0"], {
+    default: "f16",
+    aliases: ["ctk"],
+    description: "KV cache type for keys and values (q8_0 needs --flash-attn)",
+  }),
 };
 
 const SPEC = {
@@ -199,6 +208,8 @@ export function main(args: string[]): Promise<number> {
       nBatch: a["batch-size"],
       threads: a.threads,
       backend: a.backend,
+      flashAttn: a["flash-attn"],
+      kvType: a["cache-type"],
     });
     const loadMs = performance.now() - tLoad;
 

@@ -33,6 +33,8 @@ export interface RandomMambaOptions {
   tokenizerFrom?: string;
   /** Seed (default 1). */
   seed?: number;
+  /** ssm.dt_b_c_rms: RMS-normalise dt, B and C (FalconMamba; default false). */
+  dtBCRms?: boolean;
 }
 
 /** Writes a Mamba GGUF with random weights to `path`. */
@@ -100,7 +102,7 @@ export async function writeRandomMamba(path: string, o: RandomMambaOptions = {})
       "ssm.inner_size": dInner,
       "ssm.state_size": dState,
       "ssm.time_step_rank": dtRank,
-      "ssm.dt_b_c_rms": false,
+      "ssm.dt_b_c_rms": o.dtBCRms ?? false,
     },
     tensors: t,
     type: o.type ?? "f32",
