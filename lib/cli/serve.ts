@@ -42,6 +42,15 @@ export const SERVE_FLAGS = {
     value: "FILE",
     description: "Jinja chat template overriding the model's",
   }),
+  "flash-attn": flag.boolean({
+    aliases: ["fa"],
+    description: "attention through flash attention (llama.cpp's -fa on); needed by a q8_0 cache",
+  }),
+  "cache-type": flag.choice(["f16", "f32", "q8_0"], {
+    default: "f16",
+    aliases: ["ctk"],
+    description: "KV cache type for keys and values (q8_0 needs --flash-attn)",
+  }),
   threads: flag.int({
     short: "t",
     min: 1,
@@ -69,6 +78,8 @@ export function main(args: string[]): Promise<number> {
       ctxSize: a["ctx-size"] || undefined,
       apiKey: a["api-key"],
       threads: a.threads,
+      flashAttn: a["flash-attn"],
+      kvType: a["cache-type"] as "f16" | "f32" | "q8_0",
       chatTemplate: tpl === undefined ? undefined : await Deno.readTextFile(tpl),
     });
     await handler.ready;

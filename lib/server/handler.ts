@@ -55,6 +55,10 @@ export interface HandlerOptions {
   chatTemplate?: string;
   /** CPU threads for the context. */
   threads?: number;
+  /** Flash attention (needed by a q8_0 cache). */
+  flashAttn?: boolean;
+  /** KV cache type (default f16). */
+  kvType?: "f16" | "f32" | "q8_0";
   /** Requests that may wait for a slot; beyond them a 503 with Retry-After (default 64 per slot). */
   maxQueue?: number;
 }
@@ -110,6 +114,8 @@ export function createHandler(options: HandlerOptions): Handler {
       nSeqMax: parallel,
       nCtx: perSlot * parallel,
       threads: options.threads,
+      flashAttn: options.flashAttn,
+      kvType: options.kvType,
     });
     const seqs = Array.from({ length: parallel }, () => ctx.sequence());
     const tok = model.tokenizer;
