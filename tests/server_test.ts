@@ -17,6 +17,7 @@ import { embed } from "../lib/runtime/embed.ts";
 import { createHandler } from "../lib/server/handler.ts";
 import { CHATML_TEMPLATE, ChatTemplate } from "../lib/server/chat.ts";
 import { StopScanner } from "../lib/server/stop.ts";
+import { parseToolCall, ToolCallStreamer } from "../lib/server/tools.ts";
 
 const MODEL = fileURLToPath(new URL("../../shared/models/tolstoy-6m-f16.gguf", import.meta.url));
 const KEY = "sk-test-key";
@@ -42,6 +43,31 @@ Deno.test("server: stop strings are cut across pieces and never emitted", () => 
   assert.deepEqual(t.push("axy"), { text: "a", stopped: false });
   assert.deepEqual(t.push("q"), { text: "xyq", stopped: false });
   assert.equal(t.flush(), "");
+});
+
+Deno.test("server: a forced tool call streams its name, then argument fragments", () => {
+  const text = '{ "name" : "get_weather", "arguments": {"city": {"a": "}"}} \n}';
+  for (const size of [1, 3, 7, text.length]) {
+    const s = new ToolCallStreamer();
+    let name = "", args = "";
+    for (let i = 0; i < text.length; i += size) {
+      const d = s.push(text.slice(i, i + size));
+      name += d.name ?? "";
+      args += d.args;
+    }
+    args += s.end();
+    assert.equal(name, "get_weather");
+    assert.deepEqual(JSON.parse(args), { city: { a: "}" } });
+  }
+  assert.equal(new ToolCallStreamer().end(), null);
+  const names = new Set(["f"]);
+  assert.equal(
+    parseToolCall('<tool_call>{"name":"f","arguments":{"x":1}}</tool_call>', names)
+      ?.function.arguments,
+    '{"x":1}',
+  );
+  assert.equal(parseToolCall('{"name":"g","arguments":{}}', names), null);
+  assert.equal(parseToolCall("just text", names), null);
 });
 
 Deno.test({

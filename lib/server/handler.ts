@@ -35,7 +35,7 @@ import { CHATML_TEMPLATE, ChatTemplate, checkMessages } from "./chat.ts";
 import { SlotPool } from "./pool.ts";
 import { StopScanner } from "./stop.ts";
 import { EmbeddingService } from "./embeddings.ts";
-import { checkTools, parseToolCall, type ToolCall } from "./tools.ts";
+import { checkTools, parseToolCall, type ToolCall, ToolCallStreamer } from "./tools.ts";
 
 /** Options of {@link createHandler}. */
 export interface HandlerOptions {
@@ -341,7 +341,7 @@ export function createHandler(options: HandlerOptions): Handler {
     const signal = AbortSignal.any([req.signal, ac.signal]);
     const run = runJob(s, prompt, ids, gen, sr.stop, signal, metrics);
 
-    if (toolMode) {
+    if (toolMode && !(tools!.schema && sr.stream)) {
       let text = "";
       let r = await run.next();
       while (!r.done) {
@@ -412,14 +412,22 @@ export function createHandler(options: HandlerOptions): Handler {
     const enc = new TextEncoder();
     const sse = (o: unknown) => enc.encode(`data: ${JSON.stringify(o)}\n\n`);
     const object = chat ? "chat.completion.chunk" : "text_completion";
-    const chunk = (delta: string | null, finish: string | null, role = false) => ({
+    // A forced tool call streams as tool_calls deltas.
+    const calls = toolMode ? new ToolCallStreamer() : null;
+    const chunk = (delta: string | null, finish: string | null, role = false, tc?: unknown[]) => ({
       ...head,
       object,
       choices: [
         chat
           ? {
             index: 0,
-            delta: finish ? {} : role ? { role: "assistant", content: "" } : { content: delta },
+            delta: finish
+              ? {}
+              : role
+              ? { role: "assistant", content: calls ? null : "" }
+              : tc
+              ? { tool_calls: tc }
+              : { content: delta },
             logprobs: null,
             finish_reason: finish,
           }
@@ -436,8 +444,26 @@ export function createHandler(options: HandlerOptions): Handler {
         try {
           if (!started && chat) c.enqueue(sse(chunk(null, null, true)));
           started = true;
-          const r = first ?? await run.next();
+          // A pull must enqueue something (or close), or the stream stalls.
+          let r = first ?? await run.next();
           first = null;
+          while (calls) {
+            const d = r.done ? { args: calls.end() ?? "" } : calls.push(r.value);
+            const f: Record<string, unknown> = { arguments: d.args };
+            if (d.name !== undefined) f.name = d.name;
+            const tc = {
+              index: 0,
+              ...(d.name !== undefined ? { id: calls.id, type: "function" } : {}),
+              function: f,
+            };
+            if (d.name !== undefined || d.args) c.enqueue(sse(chunk(null, null, false, [tc])));
+            if (r.done) {
+              if (r.value.finish === "stop") r.value.finish = "tool_calls";
+              break;
+            }
+            if (d.name !== undefined || d.args) return;
+            r = await run.next();
+          }
           if (!r.done) {
             if (r.value) c.enqueue(sse(chunk(r.value, null)));
             return;
@@ -512,7 +538,7 @@ export interface JobTimings {
 
 /** How a job ended. */
 interface JobResult {
-  finish: "stop" | "length";
+  finish: "stop" | "length" | "tool_calls";
   nTokens: number;
   timings: JobTimings;
 }

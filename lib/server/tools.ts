@@ -128,3 +128,44 @@ export function parseToolCall(text: string, names: Set<string>): ToolCall | null
     function: { name: o.name, arguments: typeof args === "string" ? args : JSON.stringify(args) },
   };
 }
+
+/**
+ * Streams a forced call as OpenAI does: the function's name once it is
+ * known, then the arguments' JSON in fragments. The grammar writes
+ * `{"name": …, "arguments": …}` in that order; the closing brace of the
+ * outer object (and the whitespace and braces that may precede it) is
+ * held back until the end, when the last one is dropped.
+ */
+export class ToolCallStreamer {
+  /** The call's id. */
+  readonly id: string = `call_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
+  #text = "";
+  #start = -1;
+  #sent = 0;
+
+  /** Adds generated text; returns the name when it just became known and new argument text. */
+  push(piece: string): { name?: string; args: string } {
+    this.#text += piece;
+    let name: string | undefined;
+    if (this.#start < 0) {
+      const m = /^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*/
+        .exec(this.#text);
+      if (!m) return { args: "" };
+      name = JSON.parse(m[1]) as string;
+      this.#start = m[0].length;
+    }
+    const region = this.#text.slice(this.#start);
+    const held = /[\s}]*$/.exec(region)![0].length;
+    const end = Math.max(this.#sent, region.length - held);
+    const args = region.slice(this.#sent, end);
+    this.#sent = end;
+    return name === undefined ? { args } : { name, args };
+  }
+
+  /** The rest of the arguments at the end (the outer brace dropped); null if no call began. */
+  end(): string | null {
+    if (this.#start < 0) return null;
+    const region = this.#text.slice(this.#start).replace(/\s*\}\s*$/, "");
+    return region.slice(this.#sent);
+  }
+}
