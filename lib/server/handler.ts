@@ -33,6 +33,7 @@ import { ApiError, badField, errorResponse } from "./errors.ts";
 import { bool, checkKnown, COMMON_FIELDS, readJson, samplingRequest, str } from "./request.ts";
 import { CHATML_TEMPLATE, ChatTemplate, checkMessages } from "./chat.ts";
 import { SlotPool } from "./pool.ts";
+import { type Metrics, metricsResponse, newMetrics } from "./metrics.ts";
 import { StopScanner } from "./stop.ts";
 import { EmbeddingService } from "./embeddings.ts";
 import { checkTools, parseToolCall, type ToolCall, ToolCallStreamer } from "./tools.ts";
@@ -148,7 +149,7 @@ export function createHandler(options: HandlerOptions): Handler {
     "/chat/completions": ["POST", (r, s) => completion(r, s, true)],
     "/v1/embeddings": ["POST", embeddings],
     "/embeddings": ["POST", embeddings],
-    "/metrics": ["GET", (_r, s) => Promise.resolve(metricsResponse(s))],
+    "/metrics": ["GET", (_r, s) => Promise.resolve(metricsResponse(metrics, s.pool))],
     "/tokenize": ["POST", tokenize],
     "/detokenize": ["POST", detokenize],
   };
@@ -191,26 +192,7 @@ export function createHandler(options: HandlerOptions): Handler {
   const notAllowed = (allow: string) =>
     new ApiError(405, `method not allowed; use ${allow}`, { headers: { Allow: allow } });
 
-  const metrics = { requests: 0, promptTokens: 0, genTokens: 0, promptMs: 0, genMs: 0 };
-
-  // Prometheus text format, llama-server's names where it has them.
-  function metricsResponse(s: Loaded): Response {
-    const m = metrics;
-    const lines = [
-      ["counter", "requests_total", "Completion requests finished.", m.requests],
-      ["counter", "prompt_tokens_total", "Prompt tokens processed.", m.promptTokens],
-      ["counter", "tokens_predicted_total", "Tokens generated.", m.genTokens],
-      ["counter", "prompt_seconds_total", "Prompt processing time.", m.promptMs / 1000],
-      ["counter", "tokens_predicted_seconds_total", "Generation time.", m.genMs / 1000],
-      ["gauge", "requests_processing", "Requests holding a slot.", s.pool.size - s.pool.free],
-      ["gauge", "requests_deferred", "Requests waiting for a slot.", s.pool.queued],
-    ].map(([type, name, help, v]) =>
-      `# HELP llmedge:${name} ${help}\n# TYPE llmedge:${name} ${type}\nllmedge:${name} ${v}\n`
-    );
-    return new Response(lines.join(""), {
-      headers: { "content-type": "text/plain; version=0.0.4" },
-    });
-  }
+  const metrics = newMetrics();
 
   function models(): Response {
     return Response.json({
@@ -541,14 +523,6 @@ interface JobResult {
   finish: "stop" | "length" | "tool_calls";
   nTokens: number;
   timings: JobTimings;
-}
-
-interface Metrics {
-  requests: number;
-  promptTokens: number;
-  genTokens: number;
-  promptMs: number;
-  genMs: number;
 }
 
 /**
