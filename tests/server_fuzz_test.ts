@@ -7,11 +7,10 @@
  * process stays up, and every slot is free at the end.
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { createHandler } from "../lib/server/handler.ts";
 import { mulberry32 } from "./rng.ts";
 
-const MODEL = fileURLToPath(new URL("../../shared/models/tolstoy-6m-f16.gguf", import.meta.url));
+import { MODEL } from "./server_util.ts";
 const N = 2000;
 
 const HOSTILE = [

@@ -7,6 +7,7 @@
  * @module
  */
 import { checkTokenIds, OptionError } from "../options.ts";
+import { ContextError } from "./errors.ts";
 import type { Batch } from "../kv/batch.ts";
 
 /**
@@ -152,4 +153,52 @@ export function checkInt(where: string, name: string, d: unknown, min: number): 
   if (typeof d !== "number" || !Number.isInteger(d) || d < min || Math.abs(d) > INT32_MAX) {
     throw new OptionError(where, name, d, `an integer >= ${min}`);
   }
+}
+
+/** What an encoder's input must fit (a context's sizes and its model's training context). */
+export interface EncoderLimits {
+  /** Tokens per graph. */
+  readonly nUbatch: number;
+  /** Context size. */
+  readonly nCtx: number;
+  /** The model (its training context bounds the positions). */
+  readonly model: { readonly hparams: { readonly nCtxTrain: number } };
+}
+
+/**
+ * An encoder (no cache) evaluates its whole input in one graph, as
+ * llama.cpp's encode does (non-causal attention cannot be split into
+ * micro-batches; llama.cpp asserts n_ubatch >= n_tokens), so the input
+ * must fit nUbatch and nCtx, and each sequence the positions the model was
+ * trained on.
+ */
+export function checkEncoderInput(c: EncoderLimits, n: number, longest = n): void {
+  const { nCtxTrain } = c.model.hparams;
+  const max = Math.min(c.nUbatch, c.nCtx);
+  if (n > max || longest > nCtxTrain) {
+    const what = n > max
+      ? `${n} tokens exceed the ${max}`
+      : `${longest} tokens of one sequence exceed the ${nCtxTrain} positions`;
+    throw new ContextError(
+      `decode: ${what} this encoder context evaluates at once ` +
+        `(nUbatch ${c.nUbatch}, nCtx ${c.nCtx}, training context ${nCtxTrain}): ` +
+        `its attention spans the whole input, which is never split`,
+    );
+  }
+}
+
+/**
+ * The most positions one sequence of an encoder batch spans (positions
+ * start at 0 for every sequence: nothing is cached): several short inputs
+ * may share a batch longer than the training context.
+ */
+export function encoderSpan(b: Batch): number {
+  if (b.pos) return Math.max(...b.pos) + 1;
+  const count = new Map<number, number>();
+  const n = b.token?.length ?? b.seqId?.length ?? 0;
+  for (let i = 0; i < n; i++) {
+    const s = b.seqId ? b.seqId[i][0] : 0;
+    count.set(s, (count.get(s) ?? 0) + 1);
+  }
+  return Math.max(0, ...count.values());
 }

@@ -20,7 +20,7 @@ import type { RecurrentMemory } from "../kv/recurrent.ts";
 import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
 import { Decoder } from "./decoder.ts";
 import { allocateMemory } from "./memories.ts";
-import { batchFromInput, type BatchInput } from "./batch_input.ts";
+import { batchFromInput, type BatchInput, checkEncoderInput, encoderSpan } from "./batch_input.ts";
 import { memoryOps } from "./memory.ts";
 import type { Batch } from "../kv/batch.ts";
 import { Sequence, SequenceQueue } from "./sequence.ts";
@@ -489,7 +489,7 @@ export class Context implements Disposable, AsyncDisposable {
     // validateDecode checked every id is an integer in 0..nVocab-1, so the
     // get_rows indices the kernels read are exact.
     const ids = Int32Array.from(tokens);
-    if (!this.hasMemory) this.#checkEncoderInput(n);
+    if (!this.hasMemory) checkEncoderInput(this, n);
     else if (this.nPast + n > this.nCtx) {
       throw new ContextError(
         `decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtx}`,
@@ -524,7 +524,7 @@ export class Context implements Disposable, AsyncDisposable {
     if (n > this.nBatch) {
       throw new ContextError(`decodeBatch: ${n} tokens exceed nBatch ${this.nBatch}`);
     }
-    if (!this.hasMemory) this.#checkEncoderInput(n, encoderSpan(b));
+    if (!this.hasMemory) checkEncoderInput(this, n, encoderSpan(b));
     return this.#start([b], opts?.signal);
   }
 
@@ -546,27 +546,6 @@ export class Context implements Disposable, AsyncDisposable {
     };
     run.then(clear, clear);
     return run;
-  }
-
-  /**
-   * An encoder (no cache) evaluates its whole input in one graph, as
-   * llama.cpp's encode does (non-causal attention cannot be split into
-   * micro-batches; llama.cpp asserts n_ubatch >= n_tokens), so the input
-   * must fit nUbatch, nCtx and the positions the model was trained on.
-   */
-  #checkEncoderInput(n: number, longest = n): void {
-    const { nCtxTrain } = this.model.hparams;
-    const max = Math.min(this.nUbatch, this.nCtx);
-    if (n > max || longest > nCtxTrain) {
-      const what = n > max
-        ? `${n} tokens exceed the ${max}`
-        : `${longest} tokens of one sequence exceed the ${nCtxTrain} positions`;
-      throw new ContextError(
-        `decode: ${what} this encoder context evaluates at once ` +
-          `(nUbatch ${this.nUbatch}, nCtx ${this.nCtx}, training context ${nCtxTrain}): ` +
-          `its attention spans the whole input, which is never split`,
-      );
-    }
   }
 
   #free(): void {
@@ -608,20 +587,4 @@ export class Context implements Disposable, AsyncDisposable {
     this[Symbol.dispose]();
     await this.#freed.promise;
   }
-}
-
-/**
- * The most positions one sequence of an encoder batch spans (positions
- * start at 0 for every sequence: nothing is cached): several short inputs
- * may share a batch longer than the training context.
- */
-function encoderSpan(b: Batch): number {
-  if (b.pos) return Math.max(...b.pos) + 1;
-  const count = new Map<number, number>();
-  const n = b.token?.length ?? b.seqId?.length ?? 0;
-  for (let i = 0; i < n; i++) {
-    const s = b.seqId ? b.seqId[i][0] : 0;
-    count.set(s, (count.get(s) ?? 0) + 1);
-  }
-  return Math.max(0, ...count.values());
 }
