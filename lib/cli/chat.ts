@@ -13,18 +13,11 @@
  * @module
  */
 import { flag, runCommand } from "./args.ts";
-import { DEFAULT_MODEL } from "./generate.ts";
-import { MAX_THREADS } from "../../ffi/symbols.ts";
+import { modelFlag, threadsFlag } from "./common_flags.ts";
 
 /** The flags of `deno task chat`. */
 export const CHAT_FLAGS = {
-  model: flag.string({
-    short: "m",
-    value: "FILE",
-    default: DEFAULT_MODEL,
-    defaultText: "models/tolstoy-6m-f16.gguf",
-    description: "GGUF model file",
-  }),
+  model: modelFlag(),
   system: flag.string({ description: "system prompt" }),
   temp: flag.number({ default: 0.8, description: "temperature; <= 0 is greedy" }),
   "n-predict": flag.int({
@@ -43,13 +36,7 @@ export const CHAT_FLAGS = {
     description: "context size in tokens",
   }),
   "chat-template-file": flag.string({ value: "FILE", description: "Jinja chat template" }),
-  threads: flag.int({
-    short: "t",
-    min: 1,
-    max: MAX_THREADS,
-    defaultText: "physical cores",
-    description: "CPU threads",
-  }),
+  threads: threadsFlag(),
 };
 
 const SPEC = {

@@ -14,24 +14,14 @@
  *
  * @module
  */
-import { fileURLToPath } from "node:url";
 import { flag, runCommand, UsageError } from "./args.ts";
-import { MAX_THREADS } from "../../ffi/symbols.ts";
+import { cacheTypeFlag, flashAttnFlag, modelFlag, threadsFlag } from "./common_flags.ts";
 
-/** The embedded default model, used when --model is not given. */
-export const DEFAULT_MODEL: string = fileURLToPath(
-  new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url),
-);
+export { DEFAULT_MODEL } from "./common_flags.ts";
 
 /** The flags of `deno task generate` (llama.cpp's names where it has them). */
 export const GENERATE_FLAGS = {
-  model: flag.string({
-    short: "m",
-    value: "FILE",
-    default: DEFAULT_MODEL,
-    defaultText: "models/tolstoy-6m-f16.gguf",
-    description: "GGUF model file",
-  }),
+  model: modelFlag(),
   prompt: flag.string({ short: "p", default: "The prince", description: "prompt text" }),
   "n-predict": flag.int({
     short: "n",
@@ -55,13 +45,7 @@ export const GENERATE_FLAGS = {
     default: -1,
     description: "random seed; -1 = a random seed",
   }),
-  threads: flag.int({
-    short: "t",
-    min: 1,
-    max: MAX_THREADS,
-    defaultText: "physical cores",
-    description: "CPU threads",
-  }),
+  threads: threadsFlag(),
   ctx: flag.int({
     short: "c",
     aliases: ["ctx-size"],
@@ -117,15 +101,8 @@ export const GENERATE_FLAGS = {
     default: "cpu",
     description: "cpu (native kernels) or ref (pure TypeScript)",
   }),
-  "flash-attn": flag.boolean({
-    aliases: ["fa"],
-    description: "attention through flash attention (llama.cpp's -fa on); needed by a q8_0 cache",
-  }),
-  "cache-type": flag.choice(["f16", "f32", "q8_0"], {
-    default: "f16",
-    aliases: ["ctk"],
-    description: "KV cache type for keys and values (q8_0 needs --flash-attn)",
-  }),
+  "flash-attn": flashAttnFlag(),
+  "cache-type": cacheTypeFlag(),
 };
 
 const SPEC = {

@@ -9,18 +9,11 @@
  * @module
  */
 import { flag, runCommand } from "./args.ts";
-import { DEFAULT_MODEL } from "./generate.ts";
-import { MAX_THREADS } from "../../ffi/symbols.ts";
+import { cacheTypeFlag, flashAttnFlag, modelFlag, threadsFlag } from "./common_flags.ts";
 
 /** The flags of `deno task serve` (llama-server's names). */
 export const SERVE_FLAGS = {
-  model: flag.string({
-    short: "m",
-    value: "FILE",
-    default: DEFAULT_MODEL,
-    defaultText: "models/tolstoy-6m-f16.gguf",
-    description: "GGUF model file",
-  }),
+  model: modelFlag(),
   host: flag.string({ default: "127.0.0.1", description: "address to listen on" }),
   port: flag.int({ min: 0, max: 65535, default: 8080, description: "port; 0 = any free port" }),
   parallel: flag.int({
@@ -42,22 +35,9 @@ export const SERVE_FLAGS = {
     value: "FILE",
     description: "Jinja chat template overriding the model's",
   }),
-  "flash-attn": flag.boolean({
-    aliases: ["fa"],
-    description: "attention through flash attention (llama.cpp's -fa on); needed by a q8_0 cache",
-  }),
-  "cache-type": flag.choice(["f16", "f32", "q8_0"], {
-    default: "f16",
-    aliases: ["ctk"],
-    description: "KV cache type for keys and values (q8_0 needs --flash-attn)",
-  }),
-  threads: flag.int({
-    short: "t",
-    min: 1,
-    max: MAX_THREADS,
-    defaultText: "physical cores",
-    description: "CPU threads",
-  }),
+  "flash-attn": flashAttnFlag(),
+  "cache-type": cacheTypeFlag(),
+  threads: threadsFlag(),
 };
 
 const SPEC = {

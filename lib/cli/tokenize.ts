@@ -4,10 +4,9 @@
  *
  * @module
  */
-import { fileURLToPath } from "node:url";
 import { flag, runCommand, UsageError } from "./args.ts";
 
-const DEFAULT_MODEL = fileURLToPath(new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url));
+import { DEFAULT_MODEL } from "./common_flags.ts";
 
 const SPEC = {
   name: "tokenize",

@@ -1,0 +1,49 @@
+/**
+ * The flags several commands share, defined once so `generate`, `chat` and
+ * `serve` name, default and check them alike (llama.cpp's names).
+ *
+ * @module
+ */
+import { fileURLToPath } from "node:url";
+import { MAX_THREADS } from "../../ffi/symbols.ts";
+import { flag } from "./args.ts";
+
+/** The embedded default model, used when --model is not given. */
+export const DEFAULT_MODEL: string = fileURLToPath(
+  new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url),
+);
+
+/** --model / -m. */
+export const modelFlag = () =>
+  flag.string({
+    short: "m",
+    value: "FILE",
+    default: DEFAULT_MODEL,
+    defaultText: "models/tolstoy-6m-f16.gguf",
+    description: "GGUF model file",
+  });
+
+/** --threads / -t. */
+export const threadsFlag = () =>
+  flag.int({
+    short: "t",
+    min: 1,
+    max: MAX_THREADS,
+    defaultText: "physical cores",
+    description: "CPU threads",
+  });
+
+/** --flash-attn / --fa. */
+export const flashAttnFlag = () =>
+  flag.boolean({
+    aliases: ["fa"],
+    description: "attention through flash attention (llama.cpp's -fa on); needed by a q8_0 cache",
+  });
+
+/** --cache-type / --ctk. */
+export const cacheTypeFlag = () =>
+  flag.choice(["f16", "f32", "q8_0"], {
+    default: "f16",
+    aliases: ["ctk"],
+    description: "KV cache type for keys and values (q8_0 needs --flash-attn)",
+  });
