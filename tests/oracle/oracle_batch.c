@@ -12,9 +12,9 @@
 
 /* type_k/type_v: ggml type ids of the K and V cache (1 = F16, llama.cpp's
  * default). n_ctx is padded to a multiple of 256 by llama.cpp (ob_n_ctx
- * reads back what it made). */
-void *ob_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
-                 int32_t n_threads, int32_t type_k, int32_t type_v) {
+ * reads back what it made). Flash attention is set explicitly either way. */
+static void *ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
+                     int32_t n_threads, int32_t type_k, int32_t type_v, int flash) {
   struct llama_context_params p = llama_context_default_params();
   p.n_ctx = (uint32_t)n_ctx;
   p.n_batch = (uint32_t)n_batch;
@@ -22,7 +22,7 @@ void *ob_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int3
   p.n_seq_max = (uint32_t)n_seq_max;
   p.n_threads = n_threads;
   p.n_threads_batch = n_threads;
-  p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  p.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   p.type_k = (enum ggml_type)type_k;
   p.type_v = (enum ggml_type)type_v;
   p.kv_unified = true;
@@ -30,23 +30,17 @@ void *ob_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int3
   return llama_init_from_model((struct llama_model *)m, p);
 }
 
+/* A context with flash attention off: the oracle of our default contexts. */
+void *ob_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
+                 int32_t n_threads, int32_t type_k, int32_t type_v) {
+  return ctx_new(m, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, type_k, type_v, 0);
+}
+
 /* ob_ctx_new with flash attention ON (LLAMA_FLASH_ATTN_TYPE_ENABLED): the
  * oracle of our flashAttn contexts, the only ones with a quantized V cache. */
 void *ob_ctx_new_fa(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
                     int32_t n_threads, int32_t type_k, int32_t type_v) {
-  struct llama_context_params p = llama_context_default_params();
-  p.n_ctx = (uint32_t)n_ctx;
-  p.n_batch = (uint32_t)n_batch;
-  p.n_ubatch = (uint32_t)n_ubatch;
-  p.n_seq_max = (uint32_t)n_seq_max;
-  p.n_threads = n_threads;
-  p.n_threads_batch = n_threads;
-  p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
-  p.type_k = (enum ggml_type)type_k;
-  p.type_v = (enum ggml_type)type_v;
-  p.kv_unified = true;
-  p.no_perf = 1;
-  return llama_init_from_model((struct llama_model *)m, p);
+  return ctx_new(m, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, type_k, type_v, 1);
 }
 
 /* llama_n_ctx: the context size after llama.cpp's padding (the KV cells). */

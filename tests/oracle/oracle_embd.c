@@ -14,36 +14,36 @@
 
 #include "llama.h"
 
-/* n_batch is also n_ubatch: llama.cpp evaluates an encoder's input in one
- * micro-batch (its non-causal attention cannot be split). */
-void *oe_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
+/* Every embeddings context of this shim: embeddings on, the pooling type
+ * given (-1: the model's), one unified cache, flash attention set
+ * explicitly. */
+static void *embd_ctx(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
+                      int32_t n_threads, int32_t pooling, int flash) {
   struct llama_context_params p = llama_context_default_params();
   p.n_ctx = (uint32_t)n_ctx;
   p.n_batch = (uint32_t)n_batch;
-  p.n_ubatch = (uint32_t)n_batch;
-  p.n_seq_max = 1;
+  p.n_ubatch = (uint32_t)n_ubatch;
+  p.n_seq_max = (uint32_t)n_seq_max;
+  p.kv_unified = true;
   p.n_threads = n_threads;
   p.n_threads_batch = n_threads;
-  p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  p.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   p.embeddings = true;
-  p.pooling_type = LLAMA_POOLING_TYPE_NONE;
+  p.pooling_type = (enum llama_pooling_type)pooling;
   p.no_perf = 1;
   return llama_init_from_model((struct llama_model *)m, p);
 }
 
+/* Pooling NONE, one sequence. n_batch is also n_ubatch: llama.cpp evaluates
+ * an encoder's input in one micro-batch (its non-causal attention cannot be
+ * split). */
+void *oe_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
+  return embd_ctx(m, n_ctx, n_batch, n_batch, 1, n_threads, LLAMA_POOLING_TYPE_NONE, 0);
+}
+
 /* oe_ctx_new with flash attention ON (k and v cast to F16, an F16 mask). */
 void *oe_ctx_new_fa(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
-  struct llama_context_params p = llama_context_default_params();
-  p.n_ctx = (uint32_t)n_ctx;
-  p.n_batch = (uint32_t)n_batch;
-  p.n_ubatch = (uint32_t)n_batch;
-  p.n_threads = n_threads;
-  p.n_threads_batch = n_threads;
-  p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
-  p.embeddings = true;
-  p.pooling_type = LLAMA_POOLING_TYPE_NONE;
-  p.no_perf = 1;
-  return llama_init_from_model((struct llama_model *)m, p);
+  return embd_ctx(m, n_ctx, n_batch, n_batch, 1, n_threads, LLAMA_POOLING_TYPE_NONE, 1);
 }
 
 /* llama_model_n_embd: the width of one hidden state. */
@@ -52,18 +52,18 @@ int32_t oe_n_embd(void *m) { return llama_model_n_embd((struct llama_model *)m);
 /* Evaluates n tokens of sequence 0 at positions 0..n-1, every one an
  * output, with llama_decode (which runs llama_encode for a model without
  * memory, as llama-embedding does). Returns llama_decode's code. */
+int32_t oe_decode_seqs(void *c, const int32_t *toks, const int32_t *pos, const int32_t *seq,
+                       int32_t n);
+
 int32_t oe_decode(void *c, const int32_t *toks, int32_t n) {
-  struct llama_batch b = llama_batch_init(n, 0, 1);
-  for (int32_t i = 0; i < n; i++) {
-    b.token[i] = toks[i];
-    b.pos[i] = i;
-    b.n_seq_id[i] = 1;
-    b.seq_id[i][0] = 0;
-    b.logits[i] = 1;
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *seq = calloc((size_t)n, sizeof(int32_t));
+  if (!pos || !seq) {
+    free(pos), free(seq);
+    return -3;
   }
-  b.n_tokens = n;
-  int32_t rc = llama_decode((struct llama_context *)c, b);
-  llama_batch_free(b);
+  for (int32_t i = 0; i < n; i++) pos[i] = i;
+  int32_t rc = oe_decode_seqs(c, toks, pos, seq, n);
+  free(pos), free(seq);
   return rc;
 }
 
@@ -84,19 +84,7 @@ int32_t oe_embd(void *c, int32_t i, float *out, int32_t n_embd) {
  */
 void *oe_ctx_new_pooled(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch,
                         int32_t n_seq_max, int32_t n_threads, int32_t pooling) {
-  struct llama_context_params p = llama_context_default_params();
-  p.n_ctx = (uint32_t)n_ctx;
-  p.n_batch = (uint32_t)n_batch;
-  p.n_ubatch = (uint32_t)n_ubatch;
-  p.n_seq_max = (uint32_t)n_seq_max;
-  p.kv_unified = true;
-  p.n_threads = n_threads;
-  p.n_threads_batch = n_threads;
-  p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  p.embeddings = true;
-  p.pooling_type = (enum llama_pooling_type)pooling;
-  p.no_perf = 1;
-  return llama_init_from_model((struct llama_model *)m, p);
+  return embd_ctx(m, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, pooling, 0);
 }
 
 /* llama_pooling_type: the pooling the context applies (the model's when unspecified). */
