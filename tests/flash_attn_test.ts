@@ -9,7 +9,6 @@
  */
 import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
-import { SimdLevel } from "../ffi/symbols.ts";
 import { f32ToFp16 } from "../lib/ggml/half.ts";
 import { quantizeQ8_0Act } from "../lib/ggml/ref_quants.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
@@ -17,7 +16,7 @@ import { ReferenceBackend } from "../lib/backend/reference.ts";
 import type { Backend, Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
 import { f32Bits, Op } from "../lib/graph/ops.ts";
 import { GGMLType, ggmlTypeInfo } from "../lib/ggml/types.ts";
-import { loadOracle, variantScore } from "./oracle/oracle.ts";
+import { CPU_VARIANTS, loadOracle, variantUnavailable } from "./oracle/oracle.ts";
 import { loadOracleFlashAttn, type OracleFlashAttnArgs } from "./oracle/oracle_fa.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
@@ -26,11 +25,7 @@ const lib = await loadLibrary();
 const oracleLevel = (await loadOracle()).cpu.simdLevel;
 const ofa = await loadOracleFlashAttn();
 
-const VARIANTS = [
-  { variant: "icelake", level: SimdLevel.AVX512, name: "AVX512" },
-  { variant: "haswell", level: SimdLevel.AVX2, name: "AVX2" },
-  { variant: "x64", level: SimdLevel.SCALAR, name: "SCALAR" },
-] as const;
+const VARIANTS = CPU_VARIANTS;
 
 interface FaCase {
   name: string;
@@ -259,17 +254,8 @@ function firstDiff(got: Float32Array, want: Float32Array): string {
     }, ggml ${want[first]}`;
 }
 
-async function unavailable(variant: string, level: number): Promise<string> {
-  const score = await variantScore(variant);
-  if (score < 0) return "no such library";
-  if (score === 0) return "this CPU cannot run it";
-  const set = lib.symbols.le_set_simd_level(level);
-  lib.symbols.le_set_simd_level(oracleLevel);
-  return set === level ? "" : "our kernels lack that SIMD level here";
-}
-
 for (const { variant, level, name } of VARIANTS) {
-  const why = await unavailable(variant, level);
+  const why = await variantUnavailable(variant, level, lib);
   Deno.test({
     name: `flash_attn_ext: our ${name} kernel equals llama.cpp's ${variant} variant bit for bit` +
       (why ? ` [skipped: ${why}]` : ""),

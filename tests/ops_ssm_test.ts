@@ -20,7 +20,7 @@ import { Graph } from "../lib/graph/graph.ts";
 import { Op, opViolation } from "../lib/graph/ops.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
 import { HostBuffer } from "../lib/ggml/memory.ts";
-import { loadOracle, variantScore } from "./oracle/oracle.ts";
+import { CPU_VARIANTS, loadOracle, variantUnavailable } from "./oracle/oracle.ts";
 import { loadOracleSsm, type OracleF32 } from "./oracle/oracle_ssm.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
@@ -30,11 +30,7 @@ const oracleLevel = (await loadOracle()).cpu.simdLevel;
 const og = await loadOracleSsm();
 
 /** Variants whose order one of our SIMD levels follows (kernels/PARITY.md §12). */
-const VARIANTS = [
-  { variant: "icelake", level: SimdLevel.AVX512, name: "AVX512" },
-  { variant: "haswell", level: SimdLevel.AVX2, name: "AVX2" },
-  { variant: "x64", level: SimdLevel.SCALAR, name: "SCALAR" },
-] as const;
+const VARIANTS = CPU_VARIANTS;
 
 /** One source: packed values, its shape, and extra bytes between ne2 slices (a strided view). */
 interface Src extends OracleF32 {
@@ -264,17 +260,8 @@ function diff(a: Float32Array, b: Float32Array): { max: number; bad: number } {
   return { max, bad };
 }
 
-async function unavailable(variant: string, level: number): Promise<string> {
-  const score = await variantScore(variant);
-  if (score < 0) return "no such library";
-  if (score === 0) return "this CPU cannot run it";
-  const set = lib.symbols.le_set_simd_level(level);
-  lib.symbols.le_set_simd_level(oracleLevel);
-  return set === level ? "" : "our kernels lack that SIMD level here";
-}
-
 for (const { variant, level, name } of VARIANTS) {
-  const why = await unavailable(variant, level);
+  const why = await variantUnavailable(variant, level, lib);
   Deno.test({
     name: `ssm_conv and ssm_scan: our ${name} kernels equal llama.cpp's ${variant} variant ` +
       `bit for bit (${CASES.length} shapes, 1 and 3 threads)` + (why ? ` [skipped: ${why}]` : ""),

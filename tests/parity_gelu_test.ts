@@ -17,7 +17,7 @@ import { ReferenceBackend } from "../lib/backend/reference.ts";
 import type { Backend, Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
 import { Op } from "../lib/graph/ops.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
-import { loadOracle, variantScore } from "./oracle/oracle.ts";
+import { loadOracle, variantScore, variantUnavailable } from "./oracle/oracle.ts";
 import { loadOracleGelu } from "./oracle/oracle_gelu.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
@@ -99,18 +99,8 @@ function assertSameBits(got: Float32Array, want: Float32Array, label: string): v
   );
 }
 
-/** Why a variant cannot be checked here, or "". */
-async function unavailable(variant: string, level: number): Promise<string> {
-  const score = await variantScore(variant);
-  if (score < 0) return "no such library";
-  if (score === 0) return "this CPU cannot run it";
-  const set = lib.symbols.le_set_simd_level(level);
-  lib.symbols.le_set_simd_level(oracleLevel);
-  return set === level ? "" : "our kernels lack that SIMD level here";
-}
-
 for (const { variant, level, name } of VARIANTS) {
-  const why = await unavailable(variant, level);
+  const why = await variantUnavailable(variant, level, lib);
   Deno.test({
     name: `gelu and geglu: our ${name} kernels equal llama.cpp's ${variant} variant bit for bit ` +
       `on every f16 input, the f16 rounding ties and the ±10 clamps` +

@@ -440,6 +440,35 @@ export async function variantScore(name: string): Promise<number> {
   return base!.symbols.or_variant_score(cstr(join(ORACLE_BIN, `libggml-cpu-${name}.so`)));
 }
 
+/**
+ * llama.cpp's x86 CPU builds and the SIMD level of ours that follows each
+ * one's operation order (kernels/PARITY.md §12).
+ */
+export const CPU_VARIANTS = [
+  { variant: "icelake", level: SimdLevel.AVX512, name: "AVX512" },
+  { variant: "haswell", level: SimdLevel.AVX2, name: "AVX2" },
+  { variant: "x64", level: SimdLevel.SCALAR, name: "SCALAR" },
+] as const;
+
+/**
+ * Why llama.cpp's `variant` build cannot be compared with our kernels at
+ * `level` on this machine ("" when it can): the build is missing, this CPU
+ * cannot run it, or our library lacks that level here. Leaves our library
+ * at the oracle's level.
+ */
+export async function variantUnavailable(
+  variant: string,
+  level: number,
+  lib: { symbols: { le_set_simd_level(level: number): number } },
+): Promise<string> {
+  const score = await variantScore(variant);
+  if (score < 0) return "no such library";
+  if (score === 0) return "this CPU cannot run it";
+  const set = lib.symbols.le_set_simd_level(level);
+  lib.symbols.le_set_simd_level((await loadOracle()).cpu.simdLevel);
+  return set === level ? "" : "our kernels lack that SIMD level here";
+}
+
 /** The oracle library. */
 export interface Oracle {
   /** Loads a GGUF with llama.cpp. */
