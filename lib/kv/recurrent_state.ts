@@ -23,6 +23,7 @@ import { bufferGet, bufferSet } from "../ggml/memory.ts";
 import type { Ubatch } from "./batch.ts";
 import { KvError, MAX_SEQ } from "./cells.ts";
 import type { RecurrentMemory } from "./recurrent.ts";
+import type { KvStateInfo } from "./state.ts";
 
 /** The tag of a recurrent state ("RSS1"). */
 export const RECURRENT_STATE_TAG = 0x31535352;
@@ -37,21 +38,11 @@ interface SavedCell {
   seqs: number[];
 }
 
-/** What a serialized recurrent state holds, read from its header. */
-export interface RecurrentStateInfo {
-  /** "all": the whole memory; "seq": the cell of one sequence. */
-  readonly mode: "all" | "seq";
-  /** The sequence saved (-1 for the whole memory). */
-  readonly seq: number;
-  /** Cells saved. */
-  readonly nCells: number;
-  /** Cells of the memory it was saved from. */
-  readonly size: number;
-  /** Cells a whole restore needs (the saved size). */
-  readonly usedMaxP1: number;
-  /** Highest sequence id in the cells + 1. */
-  readonly seqMaxP1: number;
-}
+/**
+ * What a serialized recurrent state holds, read from its header: the same
+ * facts as a KV cache state's (`usedMaxP1` is the saved size there).
+ */
+export type RecurrentStateInfo = KvStateInfo;
 
 /** A checked restore, ready for {@link applyRecurrentRestore}. */
 export interface RecurrentRestorePlan extends RecurrentStateInfo {
