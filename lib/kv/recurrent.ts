@@ -99,6 +99,20 @@ export class RecurrentMemory implements Disposable {
     );
   }
 
+  /**
+   * Runs `f` (building the worst-case graph) as if the last slot spanned
+   * every cell with one of them zeroed, then puts the empty slot back.
+   */
+  withWorstSlot<T>(f: () => T): T {
+    const saved = { head: this.head, n: this.n, rsZ: this.rsZ };
+    Object.assign(this, { head: 0, n: this.size, rsZ: 0 });
+    try {
+      return f();
+    } finally {
+      Object.assign(this, saved);
+    }
+  }
+
   /** Bytes of state storage in all layers. */
   get totalBytes(): number {
     return this.#storage?.totalBytes ?? 0;

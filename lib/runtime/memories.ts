@@ -100,8 +100,6 @@ export function allocateMemory(model: Model, o: MemoryShape, p: MemoryPlacement)
   // a cache, the whole micro-batch).
   const n = Math.min(o.nUbatch, o.nCtx);
   const worst = (kv: KvCache | null, rs: RecurrentMemory | null): Graph => {
-    // A recurrent slot spanning every cell, one of them zeroed.
-    if (rs) Object.assign(rs, { head: 0, n: rs.size, rsZ: 0 });
     const step = {
       nTokens: n,
       nOutputs: n,
@@ -109,10 +107,11 @@ export function allocateMemory(model: Model, o: MemoryShape, p: MemoryPlacement)
       slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
       embeddings: o.embeddings,
     };
-    const g = buildGraph(model, kv, p.taps, step, rs, o.flashAttn).g;
-    if (rs) Object.assign(rs, { head: 0, n: 0, rsZ: -1 });
-    return g;
+    const build = () => buildGraph(model, kv, p.taps, step, rs, o.flashAttn).g;
+    // A recurrent slot spanning every cell, one of them zeroed.
+    return rs ? rs.withWorstSlot(build) : build();
   };
+
   const dry = new Map(p.backends.map((b) => [b, dryBackend(b)]));
   const kvDry = newKv((layer) => dry.get(p.assign(layer))!);
   const rsDry = newRs((layer) => dry.get(p.assign(layer))!);
