@@ -263,6 +263,10 @@ export class SequenceQueue {
   #ctx: Context;
   #pending: Request[] = [];
   #pump: Promise<void> | null = null;
+  // Sequences whose evaluation the last round finished: a generation loop
+  // submits its next token soon after (sampling runs between rounds).
+  #expect = new Set<Sequence>();
+  #gate: (() => void) | null = null;
 
   /** A queue for `ctx`. */
   constructor(ctx: Context) {
@@ -285,12 +289,24 @@ export class SequenceQueue {
       done: Promise.withResolvers<DecodeResult>(),
     };
     this.#pending.push(r);
+    if (this.#expect.delete(seq) && this.#expect.size === 0) this.#gate?.();
     // Cancelled while waiting for its first round: out of the queue at once.
-    o.signal?.addEventListener("abort", () => {
-      if (r.sent === 0 && !r.busy && this.#pending.includes(r)) {
-        this.#fail(r, o.signal!.reason, null);
-      }
-    }, { once: true });
+    // The listener goes when the request settles: a generation passes the
+    // same signal for every token, and each listener would keep its request
+    // (and logits) alive until the signal dies.
+    const signal = o.signal;
+    if (signal) {
+      const onAbort = () => {
+        if (r.sent === 0 && !r.busy && this.#pending.includes(r)) {
+          this.#fail(r, signal.reason, null);
+        }
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      r.done.promise.then(
+        () => signal.removeEventListener("abort", onAbort),
+        () => signal.removeEventListener("abort", onAbort),
+      );
+    }
     this.#kick();
     return r.done.promise;
   }
@@ -312,6 +328,7 @@ export class SequenceQueue {
 
   /** Rejects the pending requests of `seq` (disposed). */
   drop(seq: Sequence, reason: Error): void {
+    if (this.#expect.delete(seq) && this.#expect.size === 0) this.#gate?.();
     for (const r of this.#pending) if (r.seq === seq) this.#fail(r, reason, null);
     this.#pending = this.#pending.filter((r) => r.seq !== seq);
   }
@@ -320,6 +337,25 @@ export class SequenceQueue {
   failAll(reason: Error): void {
     for (const r of this.#pending) r.done.reject(reason);
     this.#pending = [];
+  }
+
+  // Waits until every sequence the last round finished has submitted again,
+  // or until the microtasks have run out (a macrotask): without it, the
+  // sequences whose samplers run first start a round on their own and the
+  // rest wait for the next one, halving the batch (continuous batching
+  // then degrades into alternating half batches).
+  async #gather(): Promise<void> {
+    if (this.#expect.size === 0) return;
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(done, 0);
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
+      this.#gate = done;
+    });
+    this.#gate = null;
+    this.#expect.clear();
   }
 
   async #run(): Promise<void> {
@@ -336,6 +372,7 @@ export class SequenceQueue {
       } finally {
         lease[Symbol.dispose]();
       }
+      await this.#gather();
     }
   }
 
@@ -416,6 +453,7 @@ export class SequenceQueue {
         this.#fail(r, r.signal.reason, lease);
       } else if (r.sent === r.tokens.length) {
         this.#pending = this.#pending.filter((x) => x !== r);
+        if (!this.#pending.some((x) => x.seq === r.seq)) this.#expect.add(r.seq);
         r.done.resolve({
           logits: r.logits,
           embeddings: r.embeddings.length ? r.embeddings : undefined,

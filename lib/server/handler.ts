@@ -477,7 +477,7 @@ export function createHandler(options: HandlerOptions): Handler {
         ac.abort(new DOMException("client went away", "AbortError"));
         await run.return(undefined as never).catch(() => {});
       },
-    });
+    }, { highWaterMark: STREAM_AHEAD });
     return new Response(body2, {
       headers: {
         "content-type": "text/event-stream",
@@ -503,6 +503,13 @@ export function createHandler(options: HandlerOptions): Handler {
     },
   });
 }
+
+/**
+ * Chunks a stream generates ahead of its reader: generation does not wait
+ * for each write to the socket, so every stream's next token is ready for
+ * the next shared decode (a reader's pace would split the batch).
+ */
+const STREAM_AHEAD = 256;
 
 /** llama-server's `timings` of a request (an extra field of its responses). */
 export interface JobTimings {
