@@ -163,7 +163,7 @@ async function sequenceTarget(seq: Sequence, prompt: number[], signal?: AbortSig
   let same = 0;
   while (same < held.length && same < prompt.length && held[same] === prompt[same]) same++;
   // The last prompt token is evaluated again when all is cached: its logits are needed.
-  if (same === prompt.length) same--;
+  if (same === prompt.length && same > 0) same--;
   await seq.truncate(same, signal);
   const t: Target = {
     // A recurrent sequence that diverged was cleared: everything is evaluated.
