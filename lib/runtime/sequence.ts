@@ -11,6 +11,7 @@ import { checkTokenIds, OptionChecker } from "../options.ts";
 import type { Context, DecodeResult } from "./context.ts";
 import type { ContextLease } from "./lease.ts";
 import { ContextDisposedError, ContextError } from "./errors.ts";
+import { clearImmediate, setImmediate } from "node:timers";
 
 /** Options of {@link Sequence.evaluate}. */
 export interface EvaluateOptions {
@@ -343,13 +344,14 @@ export class SequenceQueue {
   // or until the microtasks have run out (a macrotask): without it, the
   // sequences whose samplers run first start a round on their own and the
   // rest wait for the next one, halving the batch (continuous batching
-  // then degrades into alternating half batches).
+  // then degrades into alternating half batches). setImmediate, not
+  // setTimeout(0): a timer costs a millisecond or more per round.
   async #gather(): Promise<void> {
     if (this.#expect.size === 0) return;
     await new Promise<void>((resolve) => {
-      const t = setTimeout(done, 0);
+      const t = setImmediate(done);
       function done() {
-        clearTimeout(t);
+        clearImmediate(t);
         resolve();
       }
       this.#gate = done;
