@@ -6,10 +6,21 @@
  * Endpoints: `GET /v1/models`, `POST /v1/completions`,
  * `POST /v1/chat/completions` (plain JSON or server-sent events),
  * `POST /v1/embeddings`, and llama-server's `GET /health` (503 while
- * loading), `POST /tokenize`, `POST /detokenize`, `GET /metrics`. Requests run on `parallel` sequences of one context:
- * concurrent generations share each decode batch (continuous batching),
- * and a request beyond the free slots waits for one. Each slot gets
- * `ctxSize / parallel` tokens of the context (llama-server's split).
+ * loading), `POST /tokenize`, `POST /detokenize`, `GET /metrics`.
+ * Requests run on `parallel` sequences of one context: concurrent
+ * generations share each decode batch (continuous batching), a long prompt
+ * is read in `batchSize` chunks beside the running streams, and a request
+ * beyond the free slots waits for one. Each slot gets `ctxSize / parallel`
+ * tokens of the context (llama-server's split). `n` choices take a slot
+ * each (usage sums them; with a seed, choice i samples with seed + i).
+ *
+ * Extras: `logprobs` (chat: with `top_logprobs`; completions: the count),
+ * the log-softmax of the model's logits at each step as llama-server
+ * reports by default, in OpenAI's chat and legacy formats; llama.cpp's
+ * `cfg_negative_prompt` and `cfg_scale` (classifier-free guidance on a
+ * second sequence); tool calls, several per reply (`parallel_tool_calls`;
+ * forced ones as a JSON array of calls when it is true), streamed as
+ * `tool_calls` deltas per call.
  *
  * Sampling defaults are llama.cpp's (temperature 0.8, top-k 40, top-p 0.95,
  * min-p 0.05), not OpenAI's; `temperature: 0` is greedy. `max_tokens`
