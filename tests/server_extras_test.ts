@@ -55,9 +55,8 @@ Deno.test({
   sanitizeResources: false,
   async fn(t) {
     using lm = await Model.load(MODEL);
-    const srv = await serve(
-      createHandler({ model: lm, parallel: PARALLEL, ctxSize: SLOT * PARALLEL }),
-    );
+    const handler = createHandler({ model: lm, parallel: PARALLEL, ctxSize: SLOT * PARALLEL });
+    const srv = await serve(handler);
     const { client } = srv;
     try {
       await t.step("logprobs equal the log-softmax of llama.cpp's logits", async () => {
@@ -159,6 +158,22 @@ Deno.test({
         }
         assert.deepEqual(texts, r.choices.map((c) => c.text));
         assert.deepEqual(finishes, r.choices.map((c) => c.finish_reason));
+        // A dropped stream of n choices gives every one of its slots back.
+        const ac = new AbortController();
+        const dropped = await fetch(`${srv.base}/v1/completions`, {
+          method: "POST",
+          body: JSON.stringify({ prompt, n: 3, max_tokens: 200, stream: true }),
+          signal: ac.signal,
+        });
+        const reader = dropped.body!.getReader();
+        await reader.read();
+        assert.equal(handler.stats().free, PARALLEL - 3);
+        ac.abort();
+        await reader.cancel().catch(() => {});
+        for (let i = 0; i < 200 && handler.stats().free < PARALLEL; i++) {
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        assert.equal(handler.stats().free, PARALLEL);
         const tooMany = await fetch(`${srv.base}/v1/completions`, {
           method: "POST",
           body: JSON.stringify({ prompt, n: PARALLEL + 1 }),
