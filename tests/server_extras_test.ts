@@ -201,59 +201,96 @@ Deno.test({
         assert.equal(r.choices[0].text, want.text);
       });
 
-      await t.step("forced parallel tool calls: an array of calls, streamed per call", async () => {
-        const tools = [
-          {
-            type: "function" as const,
-            function: {
-              name: "get_weather",
-              parameters: {
-                type: "object",
-                properties: { city: { enum: ["Moscow", "Petersburg"] } },
-                required: ["city"],
-                additionalProperties: false,
+      await t.step(
+        "parallel tool calls: forced (an array) and auto (Hermes blocks), streamed per call",
+        async () => {
+          const tools = [
+            {
+              type: "function" as const,
+              function: {
+                name: "get_weather",
+                parameters: {
+                  type: "object",
+                  properties: { city: { enum: ["Moscow", "Petersburg"] } },
+                  required: ["city"],
+                  additionalProperties: false,
+                },
               },
             },
-          },
-          {
-            type: "function" as const,
-            function: { name: "get_time", parameters: { type: "object", properties: {} } },
-          },
-        ];
-        const body = {
-          model,
-          messages: [{ role: "user" as const, content: "Weather and time in Moscow?" }],
-          tools,
-          tool_choice: "required" as const,
-          parallel_tool_calls: true,
-          temperature: 0,
-          max_tokens: 300,
-        };
-        const r = await client.chat.completions.create(body);
-        const calls = r.choices[0].message.tool_calls ?? [];
-        assert.equal(r.choices[0].finish_reason, "tool_calls");
-        assert.ok(calls.length >= 1);
-        for (const c of calls) {
-          assert.ok(["get_weather", "get_time"].includes(c.function.name));
-          assert.equal(typeof JSON.parse(c.function.arguments), "object");
-          assert.match(c.id, /^call_/);
-        }
-        const s = await client.chat.completions.create({ ...body, stream: true });
-        const got: { id: string; name: string; args: string }[] = [];
-        let finish = null;
-        for await (const c of s) {
-          for (const d of c.choices[0]?.delta.tool_calls ?? []) {
-            if (d.id) got[d.index] = { id: d.id, name: d.function!.name!, args: "" };
-            got[d.index].args += d.function?.arguments ?? "";
+            {
+              type: "function" as const,
+              function: { name: "get_time", parameters: { type: "object", properties: {} } },
+            },
+          ];
+          const body = {
+            model,
+            messages: [{ role: "user" as const, content: "Weather and time in Moscow?" }],
+            tools,
+            tool_choice: "required" as const,
+            parallel_tool_calls: true,
+            temperature: 0,
+            max_tokens: 300,
+          };
+          const r = await client.chat.completions.create(body);
+          const calls = r.choices[0].message.tool_calls ?? [];
+          assert.equal(r.choices[0].finish_reason, "tool_calls");
+          assert.ok(calls.length >= 1);
+          for (const c of calls) {
+            assert.ok(["get_weather", "get_time"].includes(c.function.name));
+            assert.equal(typeof JSON.parse(c.function.arguments), "object");
+            assert.match(c.id, /^call_/);
           }
-          finish = c.choices[0]?.finish_reason ?? finish;
-        }
-        assert.equal(finish, "tool_calls");
-        assert.deepEqual(
-          got.map((g) => [g.name, JSON.parse(g.args)]),
-          calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
-        );
-      });
+          const s = await client.chat.completions.create({ ...body, stream: true });
+          const got: { id: string; name: string; args: string }[] = [];
+          let finish = null;
+          for await (const c of s) {
+            for (const d of c.choices[0]?.delta.tool_calls ?? []) {
+              if (d.id) got[d.index] = { id: d.id, name: d.function!.name!, args: "" };
+              got[d.index].args += d.function?.arguments ?? "";
+            }
+            finish = c.choices[0]?.finish_reason ?? finish;
+          }
+          assert.equal(finish, "tool_calls");
+          assert.deepEqual(
+            got.map((g) => [g.name, JSON.parse(g.args)]),
+            calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
+          );
+          // tool_choice auto: a reply of two Hermes blocks (written by a grammar
+          // here) is two calls, plain and streamed as one delta per call.
+          const reply = '<tool_call>{"name":"get_time","arguments":{}}</tool_call>\n' +
+            '<tool_call>{"name":"get_weather","arguments":{"city":"Moscow"}}</tool_call>';
+          const auto = {
+            ...body,
+            tool_choice: "auto" as const,
+            parallel_tool_calls: undefined,
+            grammar: `root ::= ${JSON.stringify(reply)}`,
+          };
+          const want = [["get_time", {}], ["get_weather", { city: "Moscow" }]];
+          const a = await client.chat.completions.create(auto);
+          assert.equal(a.choices[0].finish_reason, "tool_calls");
+          const ac = a.choices[0].message.tool_calls!;
+          assert.deepEqual(
+            ac.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
+            want,
+          );
+          const as = await client.chat.completions.create({ ...auto, stream: true });
+          const deltas = [];
+          for await (const c of as) deltas.push(...c.choices[0]?.delta.tool_calls ?? []);
+          assert.deepEqual(deltas.map((d) => d.index), [0, 1]);
+          assert.deepEqual(
+            deltas.map((d) => [d.function!.name, JSON.parse(d.function!.arguments!)]),
+            want,
+          );
+          // parallel_tool_calls: false keeps the first call only.
+          const first = await client.chat.completions.create({
+            ...auto,
+            parallel_tool_calls: false,
+          });
+          assert.deepEqual(first.choices[0].message.tool_calls!.map((c) => c.function.name), [
+            "get_time",
+          ]);
+        },
+      );
     } finally {
       await srv.close();
     }
