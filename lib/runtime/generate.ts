@@ -96,14 +96,22 @@ export interface GenerateResult {
   readonly stopReason: "eog" | "length" | "context";
 }
 
+// A tokenizer's end-of-generation tokens: a scan of the vocabulary, once
+// (a server builds a chain per request).
+const EOG = new WeakMap<object, number[]>();
+
 /** Builds the sampler chain `opts` describe for `ctx`'s model. */
 export function samplerFor(ctx: Context, opts: GenerateOptions = {}): SamplerChain {
   validateGenerateOptions(opts, "samplerFor");
   const tok = ctx.model.tokenizer;
   let grammar = opts.grammar;
   if (opts.jsonSchema !== undefined) grammar = jsonSchemaToGrammar(opts.jsonSchema);
-  const eog: number[] = [];
-  for (let i = 0; i < tok.nVocab; i++) if (tok.isEog(i)) eog.push(i);
+  let eog = EOG.get(tok);
+  if (!eog) {
+    eog = [];
+    for (let i = 0; i < tok.nVocab; i++) if (tok.isEog(i)) eog.push(i);
+    EOG.set(tok, eog);
+  }
   return samplerChainFromOptions({
     ...opts,
     nVocab: ctx.model.hparams.nVocab,
