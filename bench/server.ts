@@ -128,6 +128,7 @@ if (import.meta.main) {
           `${a.cancel * 100}% dropped; load ${Deno.loadavg().map((x) => x.toFixed(2)).join(" ")}`,
       );
       let single = 0;
+      const seen = { decodes: 0, per: 0 };
       try {
         for (const n of counts) {
           const rss: number[] = [];
@@ -161,7 +162,17 @@ if (import.meta.main) {
           await new Promise((r) => setTimeout(r, 200)); // dropped streams settle
           const m = await (await fetch(`${base}/metrics`)).text();
           const busy = m.match(/^llmedge:requests_processing (\d+)/m)?.[1];
-          console.log(`  requests still processing after the run: ${busy}`);
+          const decodes = Number(m.match(/^llmedge:n_decode_total (\S+)/m)?.[1]);
+          const per = Number(m.match(/^llmedge:n_busy_slots_per_decode (\S+)/m)?.[1]);
+          // The server's counters span every run so far: this run's share.
+          const slots = decodes * per - seen.decodes * seen.per;
+          console.log(
+            `  requests still processing after the run: ${busy}; slots per decode ` +
+              `${(slots / (decodes - seen.decodes)).toFixed(2)} (${
+                decodes - seen.decodes
+              } decodes)`,
+          );
+          Object.assign(seen, { decodes, per });
         }
       } finally {
         reader.releaseLock();

@@ -343,6 +343,12 @@ Deno.test({
       // read in one go would have given it none).
       const during = arrivals.filter((x) => x > t0 && x < t1).length;
       assert.ok(during >= chunks - 3, `${during} stream tokens during ${chunks} prompt chunks`);
+      // /metrics: the stream and the prompt shared most decodes.
+      const m = await (await fetch(`${srv.base}/metrics`)).text();
+      const decodes = Number(m.match(/^llmedge:n_decode_total (\S+)$/m)?.[1]);
+      const per = Number(m.match(/^llmedge:n_busy_slots_per_decode (\S+)$/m)?.[1]);
+      assert.ok(decodes >= 150 && decodes < 150 + chunks + 10, `${decodes} decodes`);
+      assert.ok(per > 1 && per <= 2, `${per} slots per decode`);
     } finally {
       await srv.close();
     }

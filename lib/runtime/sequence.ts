@@ -63,6 +63,15 @@ export class Sequence implements Disposable {
     return this.#tokens.length;
   }
 
+  /**
+   * Counters of the shared batches of this sequence's context: decodes run
+   * and the sequences and tokens they carried (continuous batching at work:
+   * sequences per decode near the number generating at once).
+   */
+  get batchStats(): Readonly<BatchStats> {
+    return this.#queue.stats;
+  }
+
   /** Whether the sequence was disposed. */
   get disposed(): boolean {
     return this.#disposed;
@@ -232,6 +241,16 @@ export class Sequence implements Disposable {
   }
 }
 
+/** Counters of a context's shared batches ({@link Sequence.batchStats}). */
+export interface BatchStats {
+  /** Decodes run for sequences. */
+  decodes: number;
+  /** Sequences they carried, summed (a sequence counts once per decode). */
+  sequences: number;
+  /** Tokens they carried, summed. */
+  tokens: number;
+}
+
 // One evaluation request: its tokens go out in one or more rounds.
 interface Request {
   seq: Sequence;
@@ -261,6 +280,8 @@ interface Span {
  * @internal
  */
 export class SequenceQueue {
+  /** Decodes run, and the sequences and tokens they carried. */
+  readonly stats: BatchStats = { decodes: 0, sequences: 0, tokens: 0 };
   #ctx: Context;
   #pending: Request[] = [];
   #pump: Promise<void> | null = null;
@@ -398,6 +419,9 @@ export class SequenceQueue {
       budget -= n;
     }
     if (!spans.length) return;
+    this.stats.decodes++;
+    this.stats.sequences += spans.length;
+    this.stats.tokens += at;
     try {
       await this.#decode(lease, spans);
     } catch (e) {
