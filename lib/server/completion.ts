@@ -139,9 +139,11 @@ export async function completion(
   };
   const ac = new AbortController();
   const signal = AbortSignal.any([req.signal, ac.signal]);
-  // Each choice its own sequence; with a seed, choice i samples with seed + i.
+  // Each choice its own sequence; with a seed, choice i samples with seed + i
+  // (0xffffffff is llama.cpp's "random" for every choice).
+  const seeded = gen.seed !== undefined && gen.seed !== 0xffffffff;
   const jobs: Job[] = Array.from({ length: sr.n }, (_, i) => {
-    const g = gen.seed !== undefined ? { ...gen, seed: (gen.seed + i) % 2 ** 32 } : gen;
+    const g = seeded ? { ...gen, seed: (gen.seed! + i) % 2 ** 32 } : gen;
     return runJob(s, prompt, ids, g, sr.stop, signal);
   });
   const lp = new LogprobFormatter(tok);
