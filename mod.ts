@@ -44,7 +44,7 @@ export {
   type DecodeResult,
   type MemoryOps,
 } from "./lib/runtime/context.ts";
-export { type EvaluateOptions, Sequence } from "./lib/runtime/sequence.ts";
+export { type BatchStats, type EvaluateOptions, Sequence } from "./lib/runtime/sequence.ts";
 export {
   generate,
   type GeneratedToken,
