@@ -5,7 +5,8 @@
  * seeds seed + i, llama.cpp's `cfg_negative_prompt`/`cfg_scale` equal to
  * `generate`'s guidance, forced parallel tool calls (plain and streamed
  * deltas per call), and a long prompt read in chunks beside a running
- * stream, which keeps receiving tokens.
+ * stream, which keeps receiving tokens; and sequences stepping at once
+ * sharing every decode (the batch is not split by whoever samples first).
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -353,4 +354,31 @@ Deno.test({
       await srv.close();
     }
   },
+});
+
+Deno.test("server extras: sequences stepping together share every decode", async () => {
+  using lm = await Model.load(MODEL);
+  const n = 8, steps = 12;
+  using ctx = await Context.create(lm, { nCtx: n * 64, nSeqMax: n });
+  const seqs = Array.from({ length: n }, () => ctx.sequence());
+  try {
+    const before = { ...seqs[0].batchStats };
+    await Promise.all(seqs.map(async (seq, i) => {
+      let logits = (await seq.evaluate([1, 100 + i])).logits[0];
+      for (let k = 0; k < steps; k++) {
+        let best = 0;
+        for (let t = 1; t < logits.length; t++) if (logits[t] > logits[best]) best = t;
+        // A consumer's promise hops between sampling and the next evaluation.
+        for (let h = 0; h < 2 + i * 3; h++) await null;
+        logits = (await seq.evaluate([best])).logits[0];
+      }
+    }));
+    const st = seqs[0].batchStats;
+    const decodes = st.decodes - before.decodes;
+    // The prompts and every step: one decode each, all sequences in it.
+    assert.ok(decodes <= steps + 2, `${decodes} decodes for ${steps + 1} steps`);
+    assert.equal(st.tokens - before.tokens, n * (steps + 2));
+  } finally {
+    for (const s of seqs) s[Symbol.dispose]();
+  }
 });
