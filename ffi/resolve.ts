@@ -105,8 +105,16 @@ function isFile(path: string): boolean {
   }
 }
 
-/** The flag a NotCapable error asks for ("--allow-net", ...), from its message or a fallback. */
+/**
+ * The flag a NotCapable error asks for, as precise as its message allows
+ * (`--allow-net=host:port` from `Requires net access to "host:port"`), else
+ * the flag it names, else the fallback.
+ */
 export function permissionFlag(e: Error, fallback: string): string {
+  const access = /Requires (\w+) access to "([^"]+)"/.exec(e.message);
+  if (access && /^(net|read|write|env|run|ffi|sys)$/.test(access[1])) {
+    return `--allow-${access[1]}=${access[2]}`;
+  }
   return /--allow-[a-z-]+/.exec(e.message)?.[0] ?? fallback;
 }
 
