@@ -175,7 +175,9 @@ Deno.test("progress: redrawn on a terminal, plain lines otherwise, nothing when 
   const tty = run({ tty: true, quiet: false });
   assert.match(
     tty,
-    /^\r\x1b\[Kllm-edge: fetching 1 KiB \/ 1 KiB \(50%\)\r\x1b\[Kllm-edge: done\n$/,
+    new RegExp(
+      "^\r\u001b\\[Kllm-edge: fetching 1 KiB / 1 KiB \\(50%\\)\r\u001b\\[Kllm-edge: done\n$",
+    ),
   );
 });
 
