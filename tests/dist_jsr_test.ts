@@ -123,7 +123,12 @@ Deno.test({
   ignore: !x64,
   async fn() {
     const cache = `${tmp}/cache-prebuilt`;
-    const r = await consume(cache);
+    // the README's permissions (--allow-import only because the loopback host is not jsr.io)
+    const host = `127.0.0.1:${server.addr.port}`;
+    const perms = ["--allow-read", "--allow-env", "--allow-ffi", `--allow-net=${host}`];
+    const r = await consume(cache, {
+      perms: [...perms, "--allow-write", `--allow-import=${host}`],
+    });
     assert.ok(r.ok, r.stderr);
     assert.deepEqual(JSON.parse(r.stdout.trim().split("\n").at(-1)!), { text: expected });
     assert.match(r.stderr, /llm-edge: fetching the prebuilt libllm_edge\.so \(linux-x64\)/);
@@ -144,7 +149,14 @@ Deno.test({
   ignore: !x64,
   async fn() {
     const r = await consume(`${tmp}/cache-noperm`, {
-      perms: ["--allow-read", "--allow-write", "--allow-env", "--allow-ffi", "--allow-run"],
+      perms: [
+        "--allow-read",
+        "--allow-write",
+        "--allow-env",
+        "--allow-ffi",
+        "--allow-run",
+        `--allow-import=127.0.0.1:${server.addr.port}`,
+      ],
     });
     assert.ok(!r.ok);
     assert.match(r.stderr, /NativeLibraryError/);
