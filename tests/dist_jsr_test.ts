@@ -81,7 +81,10 @@ const denoDir = `${tmp}/deno_dir`;
 const libPath = `${registry.pkgDir}/dist/${manifest.libraries["linux-x64"].file}`;
 const libUrlPath = new URL(libPath.slice(registry.dir.length + 1), "http://x/").pathname;
 
-async function consume(cache: string, opts: { path?: string; perms?: string[] } = {}) {
+async function consume(
+  cache: string,
+  opts: { path?: string; perms?: string[]; script?: string } = {},
+) {
   // the caller's environment (proxies, CA files for npm) less our own variables
   const env: Record<string, string> = Object.fromEntries(
     Object.entries(Deno.env.toObject()).filter(([k]) => !k.startsWith("LLM_EDGE_")),
@@ -95,7 +98,7 @@ async function consume(cache: string, opts: { path?: string; perms?: string[] } 
     NO_COLOR: "1",
   });
   const out = await new Deno.Command(DENO, {
-    args: ["run", ...(opts.perms ?? ["-A"]), "main.ts", "model.gguf"],
+    args: ["run", ...(opts.perms ?? ["-A"]), opts.script ?? "main.ts", "model.gguf"],
     cwd: user,
     clearEnv: true,
     env,
@@ -141,6 +144,17 @@ Deno.test({
     assert.ok(again.ok, again.stderr);
     assert.equal(JSON.parse(again.stdout.trim()).text, expected);
     assert.equal(hits.get(libUrlPath), 1);
+    // the doctor entry point reports the same, from the consumer's side
+    await Deno.writeTextFile(
+      `${user}/doctor.ts`,
+      `import { main } from "jsr:${denoJson.name}@${denoJson.version}/doctor";\n` +
+        `Deno.exit(await main(["--json"]));\n`,
+    );
+    const doc = await consume(cache, { script: "doctor.ts" });
+    assert.ok(doc.ok, doc.stderr);
+    const rep = JSON.parse(doc.stdout);
+    assert.equal(rep.foundBy, "the user cache (prebuilt)");
+    assert.equal(rep.library, `${cache}/llm-edge/${denoJson.version}/linux-x64/${LIB_NAME}`);
   },
 });
 

@@ -6,8 +6,14 @@
  *
  * @module
  */
+import { fileURLToPath } from "node:url";
 import { flag, runCommand } from "./args.ts";
-import { DEFAULT_MODEL } from "./common_flags.ts";
+
+// The default model beside the package: a path on disk, a URL when imported from JSR.
+const DEFAULT_MODEL_URL = new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url);
+const DEFAULT_MODEL = DEFAULT_MODEL_URL.protocol === "file:"
+  ? fileURLToPath(DEFAULT_MODEL_URL)
+  : DEFAULT_MODEL_URL.href;
 
 const SPEC = {
   name: "doctor",
@@ -61,9 +67,9 @@ export function main(args: string[]): Promise<number> {
     ]
       .filter(Boolean);
     const level = lib.symbols.le_set_simd_level(-1); // -1: the best the CPU has, the default
-    let modelOk = false;
+    let modelOk = DEFAULT_MODEL_URL.protocol !== "file:"; // remote: published with the package
     try {
-      modelOk = Deno.statSync(DEFAULT_MODEL).isFile;
+      modelOk ||= Deno.statSync(DEFAULT_MODEL).isFile;
     } catch {
       // reported as missing
     }
