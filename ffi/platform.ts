@@ -9,10 +9,11 @@ import { VERSION } from "./version.ts";
 /** Base name of the CPU kernel library on Linux (the only prebuilt OS today). */
 export const LIB_NAME = "libllm_edge.so";
 
-/** The library's file name on an OS (`libllm_edge.so`, `.dylib`, `llm_edge.dll`). */
-export function libFileName(os: string = Deno.build.os): string {
-  if (os === "darwin") return "libllm_edge.dylib";
-  if (os === "windows") return "llm_edge.dll";
+/**
+ * The library's file name. kernels/Makefile names it `libllm_edge.so` on
+ * every OS (dlopen does not care about the suffix), so the name is one.
+ */
+export function libFileName(_os: string = Deno.build.os): string {
   return LIB_NAME;
 }
 

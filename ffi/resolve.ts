@@ -392,10 +392,13 @@ class Search {
     return work;
   }
 
-  fail(): NativeLibraryError {
+  fail(sync = false): NativeLibraryError {
     const steps = this.tried.map((a, i) => `${i + 1}) ${a.step} ${a.where}: ${a.result}`);
     const perms = [...this.denied];
-    const fix = perms.length ? `grant ${perms.join(" ")}, or ${BUILD_HINT}` : BUILD_HINT;
+    let fix = perms.length ? `grant ${perms.join(" ")}, or ${BUILD_HINT}` : BUILD_HINT;
+    if (sync) {
+      fix += "; the synchronous loader neither fetches nor builds: await loadLibrary() first";
+    }
     return new NativeLibraryError(
       `no usable ${this.name} for ${this.platform}; tried ${steps.join("; ")}; to fix: ${fix}`,
       this.tried,
@@ -438,5 +441,5 @@ export function resolveLibrarySync(options: ResolveOptions = {}): Resolved {
   const s = new Search(options);
   const hit = s.local_();
   if (hit) return hit;
-  throw s.fail();
+  throw s.fail(true);
 }
