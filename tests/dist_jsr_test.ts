@@ -121,6 +121,25 @@ function cachedRecord(cache: string) {
 
 const x64 = Deno.build.os === "linux" && Deno.build.arch === "x86_64";
 
+Deno.test("the package fits JSR's limits (20 MB a file and 20 MB in all, uncompressed)", async () => {
+  // `deno publish --dry-run` does not check these; the registry refuses the upload
+  let total = 0;
+  const walk = async (d: string) => {
+    for await (const e of Deno.readDir(d)) {
+      if (e.isDirectory) await walk(`${d}/${e.name}`);
+      else {
+        const size = (await Deno.stat(`${d}/${e.name}`)).size;
+        assert.ok(size < 20e6, `${d}/${e.name} is ${size} bytes`);
+        total += size;
+      }
+    }
+  };
+  await walk(registry.pkgDir);
+  // linux-arm64's library (about as large as linux-x64's) is published too
+  total += manifest.libraries["linux-x64"].size;
+  assert.ok(total < 20e6, `the package is ${total} bytes`);
+});
+
 Deno.test({
   name: "from the registry: the prebuilt is fetched, verified, cached and reused",
   ignore: !x64,
