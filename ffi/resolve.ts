@@ -213,7 +213,16 @@ class Search {
   local_(): Resolved | null {
     const env = this.env("LLM_EDGE_LIB");
     if (env) {
-      if (this.guard("env", env, "--allow-read", () => isFile(env))) return this.found(env, "env");
+      const hit = this.guard("env", env, "--allow-read", () => isFile(env));
+      if (hit) return this.found(env, "env");
+      if (hit === null) {
+        const flag = [...this.denied].at(-1)!;
+        throw new NativeLibraryError(
+          `LLM_EDGE_LIB=${env} cannot be read: not permitted; run with ${flag}`,
+          this.tried,
+          [flag],
+        );
+      }
       throw new NativeLibraryError(`LLM_EDGE_LIB=${env} does not exist; ${BUILD_HINT}`, [
         ...this.tried,
         { step: "env", where: env, result: "does not exist" },

@@ -185,20 +185,26 @@ Deno.test("a denied permission is reported naming the flag", async () => {
   const script = `
     import { loadLibrary } from ${JSON.stringify(`${ROOT}/ffi/library.ts`)};
     try { await loadLibrary(); } catch (e) { console.log(e.name + ": " + e.message); }`;
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-read", "--allow-env", "-"],
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-    env: { LLM_EDGE_LIB: lib.path },
-  }).spawn();
-  const w = out.stdin.getWriter();
-  await w.write(new TextEncoder().encode(script));
-  await w.close();
-  const res = await out.output();
-  const text = new TextDecoder().decode(res.stdout);
+  const attempt = async (perms: string[]) => {
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["run", ...perms, "-"],
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "piped",
+      env: { LLM_EDGE_LIB: lib.path },
+    }).spawn();
+    const w = child.stdin.getWriter();
+    await w.write(new TextEncoder().encode(script));
+    await w.close();
+    return new TextDecoder().decode((await child.output()).stdout);
+  };
   assert.match(
-    text,
-    new RegExp(`NativeLibraryError: cannot open .*: not permitted; run with --allow-ffi=`),
+    await attempt(["--allow-read", "--allow-env"]),
+    /NativeLibraryError: cannot open .*: not permitted; run with --allow-ffi=/,
+  );
+  assert.equal(
+    (await attempt(["--allow-env"])).trim(),
+    `NativeLibraryError: LLM_EDGE_LIB=${lib.path} cannot be read: not permitted; ` +
+      `run with --allow-read=${lib.path}`,
   );
 });
