@@ -93,7 +93,6 @@ async function consume(
     JSR_URL: url,
     DENO_DIR: denoDir,
     XDG_CACHE_HOME: cache,
-    HOME: user,
     PATH: opts.path ?? Deno.env.get("PATH") ?? "/usr/bin:/bin",
     NO_COLOR: "1",
   });
