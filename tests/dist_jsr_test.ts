@@ -120,6 +120,19 @@ function cachedRecord(cache: string) {
 
 const x64 = Deno.build.os === "linux" && Deno.build.arch === "x86_64";
 
+Deno.test("the served copy is unfurled: no bare specifier of the import map is left", async () => {
+  const bare = Object.keys(denoJson.imports);
+  let unfurled = 0;
+  for (const f of dry.files.filter((f) => f.endsWith(".ts"))) {
+    const text = await Deno.readTextFile(`${registry.pkgDir}/${f}`);
+    for (const b of bare) {
+      assert.ok(!new RegExp(`(from|import)\\s*\\(?\\s*["']${b}["'/]`).test(text), `${f}: ${b}`);
+    }
+    if (text !== await Deno.readTextFile(`${ROOT}/${f}`)) unfurled++;
+  }
+  assert.ok(unfurled >= 1, "no file needed unfurling: the check above proves nothing");
+});
+
 Deno.test("the package fits JSR's limits (20 MB a file and 20 MB in all, uncompressed)", async () => {
   // `deno publish --dry-run` does not check these; the registry refuses the upload
   let total = 0;
