@@ -1,0 +1,53 @@
+/**
+ * Platform names, file names and directories of the native library, and
+ * reading the environment without failing when --allow-env is missing.
+ *
+ * @module
+ */
+import { VERSION } from "./version.ts";
+
+/** Base name of the CPU kernel library on Linux (the only prebuilt OS today). */
+export const LIB_NAME = "libllm_edge.so";
+
+/**
+ * The library's file name. kernels/Makefile names it `libllm_edge.so` on
+ * every OS (dlopen does not care about the suffix), so the name is one.
+ */
+export function libFileName(_os: string = Deno.build.os): string {
+  return LIB_NAME;
+}
+
+/** `<os>-<arch>` as the dist manifest names it: linux-x64, linux-arm64, darwin-arm64... */
+export function platformTag(
+  os: string = Deno.build.os,
+  arch: string = Deno.build.arch,
+): string {
+  const a = arch === "x86_64" ? "x64" : arch === "aarch64" ? "arm64" : arch;
+  return `${os}-${a}`;
+}
+
+/** Deno.env.get that treats a denied permission as unset (and says so through `denied`). */
+export function readEnv(name: string, denied?: (flag: string) => void): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotCapable) denied?.(`--allow-env=${name}`);
+    return undefined;
+  }
+}
+
+/**
+ * The per-user cache directory for this version and platform:
+ * `$XDG_CACHE_HOME/llm-edge/<version>/<platform>` (or `~/.cache/...`), or
+ * null when neither variable can be read.
+ */
+export function userCacheDir(
+  env: (name: string) => string | undefined = (n) => readEnv(n),
+  version: string = VERSION,
+  platform: string = platformTag(),
+): string | null {
+  const xdg = env("XDG_CACHE_HOME");
+  const home = env("HOME");
+  const base = xdg ? xdg : home ? `${home}/.cache` : null;
+  return base ? `${base}/llm-edge/${version}/${platform}` : null;
+}
