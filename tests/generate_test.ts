@@ -149,6 +149,18 @@ Deno.test("generate CLI: --format json prints llama.cpp's greedy tokens for the 
   assert.ok(r.timings.prompt_tps > 0 && r.timings.gen_tps > 0);
 });
 
+Deno.test("generateStream: tokens without text of their own do not stall the stream", async () => {
+  using m = await open(TOLSTOY_F16);
+  // This seeded run has tokens whose text is empty (held back), which once
+  // left the stream waiting for a pull that never came.
+  const opts = { maxTokens: 32, temperature: 0.8, seed: 42, stopAtEog: false };
+  const want = await generateText(m.ctx, "Natasha", opts);
+  let text = "";
+  for await (const chunk of generateStream(m.ctx, "Natasha", opts)) text += chunk;
+  assert.equal(text, want.text);
+  assert.equal(want.tokens.length, 32);
+});
+
 Deno.test("generateStream: text chunks concatenate to generate()'s text; cancel stops it", async () => {
   using m = await open(TOLSTOY_F16);
   const want = await generateText(m.ctx, "The prince", {

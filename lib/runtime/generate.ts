@@ -388,10 +388,15 @@ export function generateStream(
 ): ReadableStream<string> {
   const it = generate(ctx, prompt, opts);
   return new ReadableStream<string>({
+    // A token may have no text of its own (a partial UTF-8 sequence, a
+    // held-back stop prefix); the stream calls pull again only after an
+    // enqueue, so keep going until one happens or the generation ends.
     async pull(controller) {
-      const r = await it.next();
-      if (r.done) controller.close();
-      else if (r.value.text) controller.enqueue(r.value.text);
+      for (;;) {
+        const r = await it.next();
+        if (r.done) return controller.close();
+        if (r.value.text) return controller.enqueue(r.value.text);
+      }
     },
     async cancel() {
       await it.return(undefined as never);
