@@ -8,10 +8,16 @@ import { fileURLToPath } from "node:url";
 import { MAX_THREADS } from "../../ffi/symbols.ts";
 import { flag } from "./args.ts";
 
-/** The embedded default model, used when --model is not given. */
-export const DEFAULT_MODEL: string = fileURLToPath(
-  new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url),
-);
+const EMBEDDED = new URL("../../models/tolstoy-6m-f16.gguf", import.meta.url);
+
+/**
+ * The embedded default model, used when --model is not given: a path in a
+ * checkout, the URL where the package is served from (importing this module
+ * from JSR must not throw; the commands are not published entry points).
+ */
+export const DEFAULT_MODEL: string = EMBEDDED.protocol === "file:"
+  ? fileURLToPath(EMBEDDED)
+  : EMBEDDED.href;
 
 /** --model / -m. */
 export const modelFlag = () =>
