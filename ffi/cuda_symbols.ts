@@ -44,7 +44,7 @@ export const CUDA_ABI_VERSION = 1;
 export const LecError = { INVALID: -1, UNSUPPORTED: -2 } as const;
 
 /** Bytes of `lec_device_info`, and its field offsets. */
-export const DEVICE_INFO_BYTES = 304;
+export const DEVICE_INFO_BYTES = 296;
 /** Byte offsets inside `lec_device_info`. */
 export const DeviceInfoLayout = {
   NAME: 0,

@@ -44,9 +44,9 @@ extern "C" {
 #define LEC_E_UNSUPPORTED (-2) /* an op or type combination with no kernel */
 
 /* Bytes of lec_device_info. */
-#define LEC_DEVICE_INFO_BYTES 304
+#define LEC_DEVICE_INFO_BYTES 296
 
-/* What TypeScript learns about one device: 304 bytes, little-endian. */
+/* What TypeScript learns about one device: 296 bytes, little-endian. */
 typedef struct lec_device_info {
   char name[256];
   uint64_t total_mem;  /* bytes */

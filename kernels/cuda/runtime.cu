@@ -8,6 +8,17 @@
 
 #include "common.cuh"
 
+#include <stddef.h>
+
+// The layouts TypeScript encodes and decodes (ffi/symbols.ts, ffi/cuda_symbols.ts).
+static_assert(sizeof(le_tensor) == 80, "le_tensor is 80 bytes");
+static_assert(sizeof(le_node) == 712, "le_node is 712 bytes");
+static_assert(sizeof(lec_device_info) == LEC_DEVICE_INFO_BYTES, "lec_device_info size");
+static_assert(offsetof(lec_device_info, total_mem) == 256 && offsetof(lec_device_info, free_mem) == 264 &&
+                  offsetof(lec_device_info, cc_major) == 272 && offsetof(lec_device_info, sm_count) == 280 &&
+                  offsetof(lec_device_info, integrated) == 288,
+              "lec_device_info offsets");
+
 static thread_local char g_error[512];
 
 int32_t lec_fail(lec_ctx *ctx, int32_t code, const char *fmt, ...) {
