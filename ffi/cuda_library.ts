@@ -101,6 +101,17 @@ export function openCudaLibrary(path: string): CudaLibrary {
 }
 
 /**
+ * Makes {@linkcode loadCudaLibrary} return `lib` from now on (null: find and
+ * open the library again on the next call). For an already opened library
+ * and for stand-ins that emulate a device on the host, so that everything
+ * above the C ABI can be exercised on machines without a GPU.
+ */
+export function setCudaLibrary(lib: CudaLibrary | null): void {
+  opened = lib;
+  opening = null;
+}
+
+/**
  * Opens the CUDA library once per process, building it first when it is
  * missing but buildable (sources here and nvcc found).
  */
