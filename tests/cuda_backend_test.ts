@@ -25,7 +25,7 @@ import { Context } from "../lib/runtime/context.ts";
 import { OptionError } from "../lib/options.ts";
 import { hostDouble } from "./cuda_host_double.ts";
 
-const MODEL = "../shared/models/tolstoy-6m-f16.gguf";
+const MODEL = new URL("../models/tolstoy-6m-f16.gguf", import.meta.url).pathname;
 const probe = await probeCuda();
 const cpuLib = await loadLibrary();
 

@@ -23,7 +23,7 @@ const ignore = !probe.ok;
 const why = probe.ok
   ? ""
   : ` (ignored: no CUDA device: ${/\((cuda\w+)\)/.exec(probe.reason)?.[1] ?? probe.reason})`;
-const MODEL = "../shared/models/tolstoy-6m-f16.gguf";
+const MODEL = new URL("../models/tolstoy-6m-f16.gguf", import.meta.url).pathname;
 
 interface Spec {
   type: number;

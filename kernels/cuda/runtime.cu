@@ -175,7 +175,10 @@ extern "C" int32_t lec_ctx_new(int32_t device, lec_ctx **out) {
   lec_ctx *ctx = (lec_ctx *)calloc(1, sizeof *ctx);
   if (!ctx) return lec_fail(NULL, LEC_E_INVALID, "lec_ctx_new: out of host memory");
   ctx->device = device;
-  rc = lec_check(NULL, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking),
+  // A blocking stream: its kernels wait for the copies and memsets that the
+  // lec_memcpy_* / lec_memset calls queue on the legacy default stream
+  // (pageable host-to-device copies may return before their DMA is done).
+  rc = lec_check(NULL, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamDefault),
                  "cudaStreamCreateWithFlags");
   if (rc) {
     free(ctx);
