@@ -169,13 +169,17 @@ async function logitsOf(opts: Record<string, unknown>, steps: number): Promise<F
 }
 
 Deno.test("nGpuLayers over the host emulation: logits identical to the cpu, weights uploaded once", async () => {
-  const want = await logitsOf({}, 4);
   using dbl = hostDouble(cpuLib);
   setCudaLibrary(dbl.lib);
   try {
-    for (const nGpuLayers of [-1, 3]) {
-      const got = await logitsOf({ nGpuLayers }, 4);
-      got.forEach((l, i) => assert.deepEqual(l, want[i], `nGpuLayers ${nGpuLayers} step ${i}`));
+    for (const flashAttn of [false, true]) {
+      const want = await logitsOf({ flashAttn }, 4); // cpu only: the double is not opened
+      for (const nGpuLayers of [-1, 3]) {
+        const got = await logitsOf({ flashAttn, nGpuLayers }, 4);
+        got.forEach((l, i) =>
+          assert.deepEqual(l, want[i], `nGpuLayers ${nGpuLayers} flashAttn ${flashAttn} step ${i}`)
+        );
+      }
     }
     assert.ok((dbl.calls.get("lec_graph_compute") ?? 0) > 0, "no split ran on the device");
     // Steady state: a further decode step allocates nothing on the device

@@ -168,6 +168,26 @@ function cases(): Case[] {
       nmse: F32_NMSE,
     });
   }
+  // Flash attention: GQA (4 query heads over 2 KV heads), a causal-style F16 mask.
+  const kvMask = Array.from(
+    { length: 37 * 8 },
+    (_, i) => (i % 37) > (i / 37 | 0) + 30 ? -Infinity : 0,
+  );
+  for (const [kt, maxBias] of [[F16, 0], [F32, 0], [Q8_0, 0], [F16, 8]] as const) {
+    out.push({
+      name: `flash_attn_ext K/V ${kt} max_bias ${maxBias}`,
+      op: Op.FLASH_ATTN_EXT,
+      dst: empty(F32, [64, 4, 5, 1]),
+      src: [
+        rand(F32, [64, 5, 4, 1]),
+        rand(kt, [64, 37, 2, 1]),
+        rand(kt, [64, 37, 2, 1]),
+        vals(F16, [37, 8, 1, 1], kvMask),
+      ],
+      params: [f32Bits(0.125), f32Bits(maxBias), f32Bits(0)],
+      nmse: kt === F32 ? F32_NMSE : 1e-5,
+    });
+  }
   const c: Dims = [64, 6, 2, 1];
   for (
     const [s, d] of [[F32, F16], [F16, F32], [F32, BF16], [F32, Q8_0], [Q8_0, F32], [F32, Q4_0]]
@@ -304,9 +324,12 @@ Deno.test({
   name: `greedy tolstoy-6m: full and partial offload equal the cpu backend${why}`,
   ignore,
   async fn() {
-    const want = await greedy({}, 32);
-    for (const nGpuLayers of [-1, 3, 1]) {
-      assert.deepEqual(await greedy({ nGpuLayers }, 32), want, `nGpuLayers ${nGpuLayers}`);
+    for (const flashAttn of [false, true]) {
+      const want = await greedy({ flashAttn }, 32);
+      for (const nGpuLayers of [-1, 3, 1]) {
+        const got = await greedy({ flashAttn, nGpuLayers }, 32);
+        assert.deepEqual(got, want, `nGpuLayers ${nGpuLayers} flashAttn ${flashAttn}`);
+      }
     }
   },
 });

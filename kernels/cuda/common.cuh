@@ -65,6 +65,7 @@ int32_t lec_op_rope(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_soft_max(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_cpy(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_mul_mat(lec_ctx *ctx, const le_node *n);
+int32_t lec_op_flash_attn(lec_ctx *ctx, const le_node *n);
 
 // Small helpers for kernels.
 static __device__ __forceinline__ float warp_sum(float v) {

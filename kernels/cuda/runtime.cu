@@ -236,6 +236,7 @@ static int32_t run_node(lec_ctx *ctx, const le_node *n) {
     case LE_OP_SOFT_MAX: return lec_op_soft_max(ctx, n);
     case LE_OP_CPY: return lec_op_cpy(ctx, n);
     case LE_OP_MUL_MAT: return lec_op_mul_mat(ctx, n);
+    case LE_OP_FLASH_ATTN_EXT: return lec_op_flash_attn(ctx, n);
     default: return LEC_E_UNSUPPORTED;
   }
 }

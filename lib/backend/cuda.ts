@@ -46,8 +46,8 @@ export const CUDA_WEIGHT_TYPES: readonly number[] = [F32, F16, BF16, Q8_0, Q4_0]
 
 /**
  * Whether kernels/cuda implements `q`: the op table's rule (lib/graph/ops.ts)
- * narrowed to the ops and types written so far. FLASH_ATTN_EXT, SSM_*,
- * CONCAT, HADAMARD and K-quant weights have no CUDA kernel yet; the
+ * narrowed to the ops and types written so far. SSM_*, CONCAT, HADAMARD
+ * and K-quant weights have no CUDA kernel yet; the
  * scheduler runs them on the next backend in the list.
  */
 export function cudaOpSupported(q: OpQuery): boolean {
@@ -66,6 +66,7 @@ export function cudaOpSupported(q: OpQuery): boolean {
     case Op.GEGLU:
     case Op.ROPE:
     case Op.SOFT_MAX:
+    case Op.FLASH_ATTN_EXT:
       return true;
     case Op.GET_ROWS:
     case Op.MUL_MAT:
