@@ -18,6 +18,8 @@ export interface CudaBuildOptions {
   verbose?: boolean;
   /** nvcc to use (default: {@linkcode findNvcc}). */
   nvcc?: string;
+  /** The make target (default "cuda": the library; "cuda-host-check": the host-side loader check). */
+  target?: "cuda" | "cuda-host-check";
 }
 
 function runs(cmd: string): boolean {
@@ -68,7 +70,15 @@ export async function buildCuda(options: CudaBuildOptions = {}): Promise<string>
     );
   }
   const cmd = new Deno.Command("make", {
-    args: ["-s", "-j2", "-C", `${REPO_ROOT}/kernels`, `BUILD=${buildDir}`, `NVCC=${nvcc}`, "cuda"],
+    args: [
+      "-s",
+      "-j2",
+      "-C",
+      `${REPO_ROOT}/kernels`,
+      `BUILD=${buildDir}`,
+      `NVCC=${nvcc}`,
+      options.target ?? "cuda",
+    ],
     stdout: "piped",
     stderr: "piped",
   });
@@ -83,7 +93,9 @@ export async function buildCuda(options: CudaBuildOptions = {}): Promise<string>
   const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
   if (!out.success) throw new Error(`CUDA build failed:\n${text}`);
   if ((options.verbose ?? true) && text.trim()) console.log(text.trim());
-  return `${buildDir}/${CUDA_LIB_NAME}`;
+  return `${buildDir}/${
+    options.target === "cuda-host-check" ? "cuda_dequant_check" : CUDA_LIB_NAME
+  }`;
 }
 
 if (import.meta.main) {

@@ -5,6 +5,10 @@
 import assert from "node:assert/strict";
 import { buildCuda, CUDA_LIB_NAME, findNvcc } from "../ffi/cuda_build.ts";
 import { openCudaLibrary } from "../ffi/cuda_library.ts";
+import { loadLibrary } from "../ffi/library.ts";
+import { GGMLType, ggmlTypeInfo } from "../lib/ggml/types.ts";
+import { CUDA_WEIGHT_TYPES } from "../lib/backend/cuda.ts";
+import { mulberry32 } from "./rng.ts";
 import {
   CUDA_ABI_VERSION,
   CUDA_SYMBOLS,
@@ -70,4 +74,32 @@ Deno.test("exported symbols, header declarations and cuda_symbols.ts agree", asy
   assert.equal(define(h, "LEC_E_INVALID"), LecError.INVALID);
   assert.equal(define(h, "LEC_E_UNSUPPORTED"), LecError.UNSUPPORTED);
   assert.equal(define(h, "LEC_DEVICE_INFO_BYTES"), DEVICE_INFO_BYTES);
+});
+
+Deno.test("the kernels' element loaders decode every weight type as the CPU library does (host build)", async () => {
+  if (built instanceof Error) throw built;
+  const check = await buildCuda({ verbose: false, target: "cuda-host-check" });
+  const cpu = await loadLibrary();
+  const r = mulberry32(7);
+  const dir = await Deno.makeTempDir();
+  try {
+    for (const type of CUDA_WEIGHT_TYPES) {
+      const info = ggmlTypeInfo(type)!, n = 512;
+      const x = Float32Array.from({ length: n }, () => (r() * 2 - 1) * 3);
+      const row = new Uint8Array((n / info.blockSize) * info.typeSize);
+      if (type === GGMLType.F32) row.set(new Uint8Array(x.buffer));
+      else assert.equal(cpu.symbols.le_quantize_row(type, x, row, BigInt(n)), 0);
+      const want = new Float32Array(n);
+      assert.equal(cpu.symbols.le_dequantize_row(type, row, want, BigInt(n)), 0);
+      await Deno.writeFile(`${dir}/in`, row);
+      const out = await new Deno.Command(check, {
+        args: [String(type), String(n), `${dir}/in`, `${dir}/out`],
+      }).output();
+      assert.ok(out.success, `dequant_check ${info.name}: exit ${out.code}`);
+      const got = new Float32Array((await Deno.readFile(`${dir}/out`)).buffer);
+      assert.deepEqual(got, want, info.name);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -14,10 +14,22 @@ enum {
   T_F32 = 0,
   T_F16 = 1,
   T_Q4_0 = 2,
+  T_Q4_1 = 3,
+  T_Q5_0 = 6,
+  T_Q5_1 = 7,
   T_Q8_0 = 8,
+  T_Q4_K = 12,
+  T_Q5_K = 13,
+  T_Q6_K = 14,
   T_I32 = 26,
   T_BF16 = 30,
 };
+
+// Whether load_elem reads rows of this weight type.
+static inline bool weight_type(int t) {
+  return t == T_F32 || t == T_F16 || t == T_BF16 || t == T_Q4_0 || t == T_Q4_1 ||
+         t == T_Q5_0 || t == T_Q5_1 || t == T_Q8_0 || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
+}
 
 #define QK 32  // elements per Q4_0 / Q8_0 / Q8_1 block
 
@@ -67,7 +79,8 @@ int32_t lec_op_cpy(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_mul_mat(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_flash_attn(lec_ctx *ctx, const le_node *n);
 
-// Small helpers for kernels.
+// Small helpers for kernels. The element loaders below are also compiled for
+// the host, so that kernels/cuda/host_check can test them without a GPU.
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
@@ -85,19 +98,77 @@ static __device__ __forceinline__ int warp_sum_int(int v) {
 }
 
 // One element of a float-type row (F32, F16, BF16) as f32.
-static __device__ __forceinline__ float load_float(const char *p, int type) {
+static __host__ __device__ __forceinline__ float load_float(const char *p, int type) {
   if (type == T_F32) return *(const float *)p;
   if (type == T_F16) return __half2float(*(const __half *)p);
   return __bfloat162float(*(const __nv_bfloat16 *)p);
 }
-static __device__ __forceinline__ void store_float(char *p, int type, float v) {
+static __host__ __device__ __forceinline__ void store_float(char *p, int type, float v) {
   if (type == T_F32) *(float *)p = v;
   else if (type == T_F16) *(__half *)p = __float2half_rn(v);
   else *(__nv_bfloat16 *)p = __float2bfloat16_rn(v);
 }
 
+// An f16 at a 2-byte aligned address (every block size here is even).
+static __host__ __device__ __forceinline__ float h2f(const uint8_t *p) {
+  return __half2float(*(const __half *)p);
+}
+static __host__ __device__ __forceinline__ uint32_t u32_at(const uint8_t *p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j of a Q4_K/Q5_K block.
+static __host__ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int &d, int &m) {
+  if (j < 4) {
+    d = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Element k of a row of one of the less common weight types (ggml's dequantize_row_*).
+static __host__ __device__ float load_elem_slow(const char *row, int type, int64_t k) {
+  const uint8_t *r = (const uint8_t *)row;
+  if (type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1) {
+    const int size = type == T_Q4_1 ? 20 : type == T_Q5_0 ? 22 : 24;
+    const uint8_t *b = r + (k / QK) * size;
+    const int j = (int)(k % QK), jj = j % 16;
+    const float d = h2f(b);
+    if (type == T_Q4_1) {
+      const int q = j < 16 ? (b[4 + jj] & 0xF) : (b[4 + jj] >> 4);
+      return d * (float)q + h2f(b + 2);
+    }
+    const uint8_t *qhp = b + (type == T_Q5_0 ? 2 : 4), *qs = qhp + 4;
+    const uint32_t qh = u32_at(qhp);
+    const int q = j < 16 ? ((qs[jj] & 0xF) | (((qh >> jj) << 4) & 0x10))
+                         : ((qs[jj] >> 4) | ((qh >> (jj + 12)) & 0x10));
+    return type == T_Q5_0 ? (float)(q - 16) * d : d * (float)q + h2f(b + 2);
+  }
+  const int64_t w = k % 256;
+  if (type == T_Q6_K) {
+    const uint8_t *b = r + (k / 256) * 210;
+    const int n = (int)(w / 128), rr = (int)(w % 128), quarter = rr / 32, l = rr % 32;
+    const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+    const int8_t *sc = (const int8_t *)(b + 192) + 8 * n;
+    const int lo = quarter & 1 ? ql[l + 32] : ql[l];
+    const int q = (quarter < 2 ? (lo & 0xF) : (lo >> 4)) | (((qh[l] >> (2 * quarter)) & 3) << 4);
+    return h2f(b + 208) * (float)sc[l / 16 + 2 * quarter] * (float)(q - 32);
+  }
+  // Q4_K and Q5_K: d, dmin, 12 bytes of scales, then (Q5_K) 32 bytes of high bits, then quants.
+  const bool k5 = type == T_Q5_K;
+  const uint8_t *b = r + (k / 256) * (k5 ? 176 : 144);
+  const int j64 = (int)(w / 64), within = (int)(w % 64), hi = within >= 32, l = within % 32;
+  int sc, m;
+  scale_min_k4(2 * j64 + hi, b + 4, sc, m);
+  const uint8_t *qs = b + (k5 ? 48 : 16);
+  int q = hi ? (qs[32 * j64 + l] >> 4) : (qs[32 * j64 + l] & 0xF);
+  if (k5 && (b[16 + l] & (1 << (2 * j64 + hi)))) q += 16;
+  return h2f(b) * (float)sc * (float)q - h2f(b + 2) * (float)m;
+}
+
 // Element k of a row of `type` (any type the kernels read), dequantized.
-static __device__ __forceinline__ float load_elem(const char *row, int type, int64_t k) {
+static __host__ __device__ __forceinline__ float load_elem(const char *row, int type, int64_t k) {
   if (type == T_Q8_0) {
     const block_q8_0 *b = (const block_q8_0 *)row + k / QK;
     return __half2float(b->d) * (float)b->qs[k % QK];
@@ -108,8 +179,10 @@ static __device__ __forceinline__ float load_elem(const char *row, int type, int
     const int q = j < QK / 2 ? (b->qs[j] & 0x0F) : (b->qs[j - QK / 2] >> 4);
     return __half2float(b->d) * (float)(q - 8);
   }
-  const int size = type == T_F32 ? 4 : 2;
-  return load_float(row + k * size, type);
+  if (type == T_F32 || type == T_F16 || type == T_BF16) {
+    return load_float(row + k * (type == T_F32 ? 4 : 2), type);
+  }
+  return load_elem_slow(row, type, k);
 }
 
 // Grid dimension y/z are limited to 65535: kernels loop over what is beyond.

@@ -3,8 +3,9 @@
 //
 // - Few columns (N <= MMV_MAX_COLS, the decode case): one warp per output.
 //   Q8_0 and Q4_0 weights take ggml-cuda's route: src1 quantized to Q8_1
-//   blocks in scratch, integer dot products with __dp4a. F32/F16/BF16 weights
-//   multiply in f32.
+//   blocks in scratch, integer dot products with __dp4a. Other weights (F32,
+//   F16, BF16, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) are dequantized element by
+//   element and multiplied in f32 (slow for the K-quants: a first version).
 // - More columns: a 16x16 shared-memory tiled kernel dequantizing src0 to
 //   f32 on the fly (correct, not fast: tensor-core MMQ is future work).
 #include "common.cuh"
@@ -111,18 +112,17 @@ __global__ void k_mmvq(Mat d, Mat a, Mat b, const block_q8_1 *yq, int64_t nblk) 
   }
 }
 
-// Float weights, few columns: one warp per output, f32 arithmetic.
+// Other weights, few columns: one warp per output, f32 arithmetic on dequantized weights.
 __global__ void k_mmv_float(Mat d, Mat a, Mat b) {
   const int64_t m = blockIdx.x;
   const int lane = threadIdx.x;
   const int64_t ncols = b.ne[1] * b.ne[2] * b.ne[3], K = a.ne[0];
-  const int sz = a.type == T_F32 ? 4 : 2;
   for (int64_t c = blockIdx.y; c < ncols; c += gridDim.y) {
     const Col cc = col_of(b, c);
     const char *row = a_row(a, b, m, cc);
     const float *y = b_col(b, cc);
     float acc = 0.0f;
-    for (int64_t k = lane; k < K; k += 32) acc += load_float(row + k * sz, a.type) * y[k];
+    for (int64_t k = lane; k < K; k += 32) acc += load_elem(row, a.type, k) * y[k];
     acc = warp_sum(acc);
     if (lane == 0) *d_at(d, m, cc) = acc;
   }
@@ -167,8 +167,7 @@ int32_t lec_op_mul_mat(lec_ctx *ctx, const le_node *n) {
   const Mat d = mat(n->dst), a = mat(n->src[0]), b = mat(n->src[1]);
   const int t = a.type;
   const bool quant = t == T_Q8_0 || t == T_Q4_0;
-  if (!(quant || t == T_F32 || t == T_F16 || t == T_BF16) || b.type != T_F32 ||
-      d.type != T_F32) {
+  if (!weight_type(t) || b.type != T_F32 || d.type != T_F32) {
     return LEC_E_UNSUPPORTED;
   }
   const int64_t M = a.ne[1], N = b.ne[1], K = a.ne[0];

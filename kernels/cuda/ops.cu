@@ -302,10 +302,7 @@ bool float_type(int t) { return t == T_F32 || t == T_F16 || t == T_BF16; }
 }  // namespace
 
 int32_t lec_op_get_rows(lec_ctx *ctx, const le_node *n) {
-  const int t = n->src[0].type;
-  if (!(float_type(t) || t == T_Q8_0 || t == T_Q4_0) || n->dst.type != T_F32) {
-    return LEC_E_UNSUPPORTED;
-  }
+  if (!weight_type(n->src[0].type) || n->dst.type != T_F32) return LEC_E_UNSUPPORTED;
   const int64_t rows = nrows(n->dst);
   if (rows == 0) return 0;
   k_get_rows<<<grid_dim(rows, MAX_GRID), BLOCK, 0, ctx->stream>>>(
