@@ -18,8 +18,12 @@ export interface CudaBuildOptions {
   verbose?: boolean;
   /** nvcc to use (default: {@linkcode findNvcc}). */
   nvcc?: string;
-  /** The make target (default "cuda": the library; "cuda-host-check": the host-side loader check). */
-  target?: "cuda" | "cuda-host-check";
+  /**
+   * The make target: "cuda" (default) the library; "cuda-emu" the same
+   * kernels built for the host emulation (kernels/cuda/emu, for tests
+   * without a GPU); "cuda-host-check" the host check of the element loaders.
+   */
+  target?: "cuda" | "cuda-emu" | "cuda-host-check";
 }
 
 function runs(cmd: string): boolean {
@@ -93,9 +97,12 @@ export async function buildCuda(options: CudaBuildOptions = {}): Promise<string>
   const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
   if (!out.success) throw new Error(`CUDA build failed:\n${text}`);
   if ((options.verbose ?? true) && text.trim()) console.log(text.trim());
-  return `${buildDir}/${
-    options.target === "cuda-host-check" ? "cuda_dequant_check" : CUDA_LIB_NAME
-  }`;
+  const file = options.target === "cuda-host-check"
+    ? "cuda_dequant_check"
+    : options.target === "cuda-emu"
+    ? "libllm_edge_cuda_emu.so"
+    : CUDA_LIB_NAME;
+  return `${buildDir}/${file}`;
 }
 
 if (import.meta.main) {

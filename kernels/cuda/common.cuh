@@ -185,6 +185,13 @@ static __host__ __device__ __forceinline__ float load_elem(const char *row, int 
   return load_elem_slow(row, type, k);
 }
 
+// Kernel launches and dynamic shared memory go through macros so that the
+// same sources also build for the host emulation (emu/emu.h).
+#ifndef LEC_EMU
+#define LEC_LAUNCH(k, g, b, s, st) k<<<g, b, s, st>>>
+#define LEC_DYN_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 // Grid dimension y/z are limited to 65535: kernels loop over what is beyond.
 static inline unsigned grid_dim(int64_t n, int64_t cap) {
   return (unsigned)(n < 1 ? 1 : n > cap ? cap : n);

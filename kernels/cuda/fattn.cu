@@ -42,7 +42,7 @@ struct FaArgs {
 };
 
 __global__ void k_flash_attn(FaTen d, FaTen q, FaTen k, FaTen v, FaTen m, FaArgs p) {
-  extern __shared__ float sh[];
+  LEC_DYN_SHARED(float, sh);
   const int64_t D = q.ne[0], Dv = v.ne[0], nkv = k.ne[1];
   const int64_t iq1 = blockIdx.x, iq2 = blockIdx.y, iq3 = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -133,7 +133,7 @@ int32_t lec_op_flash_attn(lec_ctx *ctx, const le_node *n) {
   if (shmem > 48 * 1024) return LEC_E_UNSUPPORTED;
   const dim3 grid((unsigned)q.ne[1], (unsigned)q.ne[2], (unsigned)q.ne[3]);
   const FaTen m = has_mask ? fa_ten(n->src[3]) : fa_ten(q);
-  k_flash_attn<<<grid, FA_WARPS * 32, shmem, ctx->stream>>>(fa_ten(n->dst), fa_ten(q), fa_ten(k),
+  LEC_LAUNCH(k_flash_attn, grid, FA_WARPS * 32, shmem, ctx->stream)(fa_ten(n->dst), fa_ten(q), fa_ten(k),
                                                             fa_ten(v), m, p);
   return 0;
 }

@@ -178,7 +178,7 @@ int32_t lec_op_mul_mat(lec_ctx *ctx, const le_node *n) {
   if (N <= MMV_MAX_COLS) {
     const dim3 grid((unsigned)M, grid_dim(ncols, 65535));
     if (!quant) {
-      k_mmv_float<<<grid, 32, 0, ctx->stream>>>(d, a, b);
+      LEC_LAUNCH(k_mmv_float, grid, 32, 0, ctx->stream)(d, a, b);
       return 0;
     }
     const int64_t nblk = K / QK;
@@ -186,18 +186,18 @@ int32_t lec_op_mul_mat(lec_ctx *ctx, const le_node *n) {
     int32_t rc = lec_scratch(ctx, (size_t)(nblk * ncols) * sizeof(block_q8_1), &scratch);
     if (rc) return rc;
     const int64_t total = nblk * ncols;  // one warp per block, 8 warps per thread block
-    k_quantize_q8_1<<<grid_dim((total + 7) / 8, 0x7fffffff), 256, 0, ctx->stream>>>(
+    LEC_LAUNCH(k_quantize_q8_1, grid_dim((total + 7) / 8, 0x7fffffff), 256, 0, ctx->stream)(
         b, (block_q8_1 *)scratch, nblk, ncols);
     if (t == T_Q8_0) {
-      k_mmvq<T_Q8_0><<<grid, 32, 0, ctx->stream>>>(d, a, b, (const block_q8_1 *)scratch, nblk);
+      LEC_LAUNCH(k_mmvq<T_Q8_0>, grid, 32, 0, ctx->stream)(d, a, b, (const block_q8_1 *)scratch, nblk);
     } else {
-      k_mmvq<T_Q4_0><<<grid, 32, 0, ctx->stream>>>(d, a, b, (const block_q8_1 *)scratch, nblk);
+      LEC_LAUNCH(k_mmvq<T_Q4_0>, grid, 32, 0, ctx->stream)(d, a, b, (const block_q8_1 *)scratch, nblk);
     }
     return 0;
   }
   if ((M + TS - 1) / TS > 0x7fffffff || (N + TS - 1) / TS > 65535) return LEC_E_UNSUPPORTED;
   const dim3 grid((unsigned)((M + TS - 1) / TS), (unsigned)((N + TS - 1) / TS),
                   grid_dim(b.ne[2] * b.ne[3], 65535));
-  k_mm_tiled<<<grid, dim3(TS, TS), 0, ctx->stream>>>(d, a, b);
+  LEC_LAUNCH(k_mm_tiled, grid, dim3(TS, TS), 0, ctx->stream)(d, a, b);
   return 0;
 }

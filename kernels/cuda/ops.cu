@@ -305,7 +305,7 @@ int32_t lec_op_get_rows(lec_ctx *ctx, const le_node *n) {
   if (!weight_type(n->src[0].type) || n->dst.type != T_F32) return LEC_E_UNSUPPORTED;
   const int64_t rows = nrows(n->dst);
   if (rows == 0) return 0;
-  k_get_rows<<<grid_dim(rows, MAX_GRID), BLOCK, 0, ctx->stream>>>(
+  LEC_LAUNCH(k_get_rows, grid_dim(rows, MAX_GRID), BLOCK, 0, ctx->stream)(
       ten(n->dst), ten(n->src[0]), ten(n->src[1]));
   return 0;
 }
@@ -314,7 +314,7 @@ int32_t lec_op_norm(lec_ctx *ctx, const le_node *n) {
   const int64_t rows = nrows(n->dst);
   if (rows == 0 || n->dst.ne[0] == 0) return 0;
   if (rows > MAX_GRID) return LEC_E_UNSUPPORTED;
-  k_norm<<<(unsigned)rows, BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]),
+  LEC_LAUNCH(k_norm, (unsigned)rows, BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]),
                                                     param_f32(n, 0), n->op == LE_OP_RMS_NORM);
   return 0;
 }
@@ -322,7 +322,7 @@ int32_t lec_op_norm(lec_ctx *ctx, const le_node *n) {
 int32_t lec_op_binary(lec_ctx *ctx, const le_node *n) {
   const int64_t e = nelem(n->dst);
   if (e == 0) return 0;
-  k_binary<<<blocks_for(e), BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]), ten(n->src[1]),
+  LEC_LAUNCH(k_binary, blocks_for(e), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]), ten(n->src[1]),
                                                     n->op == LE_OP_MUL);
   return 0;
 }
@@ -331,7 +331,7 @@ int32_t lec_op_unary(lec_ctx *ctx, const le_node *n) {
   const int64_t e = nelem(n->dst);
   if (e == 0) return 0;
   const int kind = n->op == LE_OP_SILU ? U_SILU : n->op == LE_OP_GELU ? U_GELU : U_SCALE;
-  k_unary<<<blocks_for(e), BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]), kind,
+  LEC_LAUNCH(k_unary, blocks_for(e), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]), kind,
                                                    param_f32(n, 0), param_f32(n, 1));
   return 0;
 }
@@ -339,7 +339,7 @@ int32_t lec_op_unary(lec_ctx *ctx, const le_node *n) {
 int32_t lec_op_glu(lec_ctx *ctx, const le_node *n) {
   const int64_t e = nelem(n->dst);
   if (e == 0) return 0;
-  k_glu<<<blocks_for(e), BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]), ten(n->src[1]),
+  LEC_LAUNCH(k_glu, blocks_for(e), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]), ten(n->src[1]),
                                                  n->op == LE_OP_GEGLU);
   return 0;
 }
@@ -369,7 +369,7 @@ int32_t lec_op_rope(lec_ctx *ctx, const le_node *n) {
   p.corr1 = fminf((float)(p.n_dims - 1), end);
   p.pos = (const int32_t *)(uintptr_t)n->src[1].data;
   p.ff = n->n_src > 2 && n->src[2].data ? (const float *)(uintptr_t)n->src[2].data : nullptr;
-  k_rope<<<blocks_for(e), BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]), p);
+  LEC_LAUNCH(k_rope, blocks_for(e), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]), p);
   return 0;
 }
 
@@ -386,7 +386,7 @@ int32_t lec_op_soft_max(lec_ctx *ctx, const le_node *n) {
   p.m0 = powf(2.0f, -p.max_bias / p.n_head_log2);
   p.m1 = powf(2.0f, -(p.max_bias / 2.0f) / p.n_head_log2);
   Ten m = p.has_mask ? ten(n->src[1]) : ten(n->src[0]);
-  k_soft_max<<<(unsigned)rows, BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]), m, p);
+  LEC_LAUNCH(k_soft_max, (unsigned)rows, BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]), m, p);
   return 0;
 }
 
@@ -395,11 +395,11 @@ int32_t lec_op_cpy(lec_ctx *ctx, const le_node *n) {
   const int64_t e = nelem(n->src[0]);
   if (e == 0) return 0;
   if (float_type(s) && float_type(d)) {
-    k_cpy_float<<<blocks_for(e), BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]));
+    LEC_LAUNCH(k_cpy_float, blocks_for(e), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]));
   } else if (s == T_F32 && (d == T_Q8_0 || d == T_Q4_0)) {
-    k_quantize<<<blocks_for(e / QK), BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]));
+    LEC_LAUNCH(k_quantize, blocks_for(e / QK), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]));
   } else if (s == T_Q8_0 && d == T_F32) {
-    k_dequantize<<<blocks_for(e), BLOCK, 0, ctx->stream>>>(ten(n->dst), ten(n->src[0]));
+    LEC_LAUNCH(k_dequantize, blocks_for(e), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]));
   } else {
     return LEC_E_UNSUPPORTED;
   }
