@@ -202,6 +202,71 @@ function cases(): Case[] {
       nmse: kt === F32 ? F32_NMSE : 1e-5,
     });
   }
+  // Mamba: the convolution, the scan (Mamba-2 with groups, K = 2 rollback
+  // slots, states picked by ids, dt past softplus's threshold; Mamba-1 with
+  // A per state element), and concat along each dim (one strided source).
+  out.push({
+    name: "ssm_conv",
+    op: Op.SSM_CONV,
+    dst: empty(F32, [24, 5, 2, 1]),
+    src: [rand(F32, [8, 24, 2, 1]), rand(F32, [4, 24, 1, 1])],
+    nmse: F32_NMSE,
+  });
+  const dt = (n: number) => vals(F32, [n, 1, 1, 1], Array.from({ length: n }, () => r() * 28 - 3));
+  const neg = (ne: Dims) => vals(F32, ne, Array.from({ length: ne[0] * ne[1] }, () => -r()));
+  out.push({
+    name: "ssm_scan mamba-2 K=2",
+    op: Op.SSM_SCAN,
+    dst: empty(F32, [8 * 4 * 3 * 2 + 2 * 16 * 8 * 4 * 2, 1, 1, 1]),
+    src: [
+      rand(F32, [16, 8, 4, 3]),
+      rand(F32, [8, 4, 3, 2]),
+      { ...dt(24), ne: [4, 3, 2, 1], nb: [4, 16, 48, 96] },
+      neg([1, 4, 1, 1]),
+      rand(F32, [16, 2, 3, 2]),
+      rand(F32, [16, 2, 3, 2]),
+      vals(I32, [2, 1, 1, 1], [2, 0]),
+    ],
+    params: [2],
+    nmse: 1e-5,
+  });
+  out.push({
+    name: "ssm_scan mamba-1",
+    op: Op.SSM_SCAN,
+    dst: empty(F32, [12 * 3 + 16 * 12, 1, 1, 1]),
+    src: [
+      rand(F32, [16, 1, 12, 2]),
+      rand(F32, [1, 12, 3, 1]),
+      { ...dt(36), ne: [12, 3, 1, 1], nb: [4, 48, 144, 144] },
+      neg([16, 12, 1, 1]),
+      rand(F32, [16, 1, 3, 1]),
+      rand(F32, [16, 1, 3, 1]),
+      vals(I32, [1, 1, 1, 1], [1]),
+    ],
+    params: [1],
+    nmse: 1e-5,
+  });
+  const wide = rand(F32, [32, 3, 2, 1]);
+  const strided: Spec = { ...wide, ne: [16, 3, 2, 1], nb: [4, 128, 384, 768] };
+  for (
+    const [dim, b] of [[0, [8, 3, 2, 1]], [1, [16, 5, 2, 1]], [2, [16, 3, 3, 1]], [3, [
+      16,
+      3,
+      2,
+      2,
+    ]]] as const
+  ) {
+    const d: Dims = [16, 3, 2, 1];
+    d[dim] += b[dim];
+    out.push({
+      name: `concat dim ${dim}`,
+      op: Op.CONCAT,
+      dst: empty(F32, d),
+      src: [strided, rand(F32, [...b])],
+      params: [dim],
+      nmse: 0,
+    });
+  }
   const c: Dims = [64, 6, 2, 1];
   for (
     const [s, d] of [[F32, F16], [F16, F32], [F32, BF16], [F32, Q8_0], [Q8_0, F32], [F32, Q4_0]]
@@ -290,7 +355,7 @@ Deno.test("every CUDA op case is a valid node the CUDA op table accepts (runs on
   // Without a GPU this keeps the cases below ready: valid, supported, computable.
   using cpu = await CpuBackend.create({ threads: 1 });
   const list = cases();
-  assert.equal(list.length, 74);
+  assert.equal(list.length, 81);
   for (const c of list) {
     const dst = place(cpu, c.dst), src = c.src.map((s) => place(cpu, s));
     const params = new Int32Array(16);

@@ -237,6 +237,9 @@ static int32_t run_node(lec_ctx *ctx, const le_node *n) {
     case LE_OP_CPY: return lec_op_cpy(ctx, n);
     case LE_OP_MUL_MAT: return lec_op_mul_mat(ctx, n);
     case LE_OP_FLASH_ATTN_EXT: return lec_op_flash_attn(ctx, n);
+    case LE_OP_SSM_CONV: return lec_op_ssm_conv(ctx, n);
+    case LE_OP_SSM_SCAN: return lec_op_ssm_scan(ctx, n);
+    case LE_OP_CONCAT: return lec_op_concat(ctx, n);
     default: return LEC_E_UNSUPPORTED;
   }
 }

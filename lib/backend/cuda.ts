@@ -58,8 +58,8 @@ export const CUDA_WEIGHT_TYPES: readonly number[] = [
 
 /**
  * Whether kernels/cuda implements `q`: the op table's rule (lib/graph/ops.ts)
- * narrowed to the ops and types written so far. SSM_*, CONCAT, HADAMARD
- * and Q2_K/Q3_K weights have no CUDA kernel yet; the
+ * narrowed to the ops and types written so far. HADAMARD and Q2_K/Q3_K
+ * weights have no CUDA kernel yet; the
  * scheduler runs them on the next backend in the list.
  */
 export function cudaOpSupported(q: OpQuery): boolean {
@@ -79,6 +79,9 @@ export function cudaOpSupported(q: OpQuery): boolean {
     case Op.ROPE:
     case Op.SOFT_MAX:
     case Op.FLASH_ATTN_EXT:
+    case Op.SSM_CONV:
+    case Op.SSM_SCAN:
+    case Op.CONCAT:
       return true;
     case Op.GET_ROWS:
     case Op.MUL_MAT:
