@@ -120,7 +120,7 @@ Deno.test("device buffers: ranges are checked in TypeScript before any native ca
 Deno.test("compute: malformed or unsupported nodes never reach lec_graph_compute", async () => {
   using dbl = hostDouble(cpuLib);
   using cuda = await CudaBackend.create({ library: dbl.lib });
-  const buf = cuda.alloc(256);
+  const buf = cuda.alloc(2048);
   const t = (ne0: number, offset = 0) => ({
     type: GGMLType.F32,
     ne: [ne0, 1, 1, 1] as [number, number, number, number],
@@ -135,12 +135,17 @@ Deno.test("compute: malformed or unsupported nodes never reach lec_graph_compute
   });
   // src extends past the buffer's end
   await assert.rejects(
-    () => cuda.compute([node(Op.SILU, t(16), [t(16, 200)])]),
+    () => cuda.compute([node(Op.SILU, t(16), [t(16, 2040)])]),
     NodeValidationError,
   );
-  // an op with no CUDA kernel
+  // a type with no CUDA kernel: a Q2_K weight (84 bytes per 256 elements)
+  const q2k = {
+    ...t(256, 64),
+    type: GGMLType.Q2_K,
+    nb: [84, 84, 84, 84] as [number, number, number, number],
+  };
   await assert.rejects(
-    () => cuda.compute([node(Op.HADAMARD, t(16), [t(16, 64)])]),
+    () => cuda.compute([node(Op.MUL_MAT, t(1), [q2k, t(256, 256)])]),
     (e: unknown) => e instanceof CudaError && /no CUDA kernel/.test(e.message),
   );
   assert.equal(dbl.calls.get("lec_graph_compute"), undefined);

@@ -267,6 +267,13 @@ function cases(): Case[] {
       nmse: 0,
     });
   }
+  out.push({
+    name: "hadamard",
+    op: Op.HADAMARD,
+    dst: empty(F32, [512, 3, 2, 1]),
+    src: [rand(F32, [512, 3, 2, 1])],
+    nmse: 0,
+  });
   const c: Dims = [64, 6, 2, 1];
   for (
     const [s, d] of [[F32, F16], [F16, F32], [F32, BF16], [F32, Q8_0], [Q8_0, F32], [F32, Q4_0]]
@@ -355,7 +362,7 @@ Deno.test("every CUDA op case is a valid node the CUDA op table accepts (runs on
   // Without a GPU this keeps the cases below ready: valid, supported, computable.
   using cpu = await CpuBackend.create({ threads: 1 });
   const list = cases();
-  assert.equal(list.length, 81);
+  assert.equal(list.length, 82);
   for (const c of list) {
     const dst = place(cpu, c.dst), src = c.src.map((s) => place(cpu, s));
     const params = new Int32Array(16);

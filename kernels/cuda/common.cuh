@@ -81,6 +81,7 @@ int32_t lec_op_flash_attn(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_ssm_conv(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_ssm_scan(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_concat(lec_ctx *ctx, const le_node *n);
+int32_t lec_op_hadamard(lec_ctx *ctx, const le_node *n);
 
 // Small helpers for kernels. The element loaders below are also compiled for
 // the host, so that kernels/cuda/host_check can test them without a GPU.

@@ -153,6 +153,27 @@ __global__ void k_glu(Ten d, Ten a, Ten g, int use_gelu) {
   }
 }
 
+// ---- hadamard (ggml_compute_forward_fwht) ----------------------------------
+// One block per row: scale by 1/sqrt(n), then butterflies of growing span,
+// in place in the destination row (block-wide barriers order the passes);
+// the same operations per element as the CPU kernel, so the same bits.
+__global__ void k_hadamard(Ten d, Ten a, float scale) {
+  const int64_t r = blockIdx.x, n = a.ne[0];
+  const float *x = (const float *)(a.data + row_off(a, r));
+  float *y = (float *)(d.data + row_off(d, r));
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] = x[j] * scale;
+  __syncthreads();
+  for (int64_t len = 1; len < n; len <<= 1) {
+    for (int64_t p = threadIdx.x; p < n / 2; p += blockDim.x) {
+      const int64_t i = (p / len) * 2 * len + p % len;
+      const float u = y[i], v = y[i + len];
+      y[i] = u + v;
+      y[i + len] = u - v;
+    }
+    __syncthreads();
+  }
+}
+
 // ---- rope --------------------------------------------------------------
 struct RopeArgs {
   int n_dims, neox;
@@ -341,6 +362,15 @@ int32_t lec_op_glu(lec_ctx *ctx, const le_node *n) {
   if (e == 0) return 0;
   LEC_LAUNCH(k_glu, blocks_for(e), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]), ten(n->src[1]),
                                                  n->op == LE_OP_GEGLU);
+  return 0;
+}
+
+int32_t lec_op_hadamard(lec_ctx *ctx, const le_node *n) {
+  const int64_t rows = nrows(n->dst);
+  if (rows == 0 || n->dst.ne[0] == 0) return 0;
+  if (rows > MAX_GRID) return LEC_E_UNSUPPORTED;
+  const float scale = 1.0f / sqrtf((float)n->dst.ne[0]);
+  LEC_LAUNCH(k_hadamard, (unsigned)rows, BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]), scale);
   return 0;
 }
 

@@ -58,8 +58,8 @@ export const CUDA_WEIGHT_TYPES: readonly number[] = [
 
 /**
  * Whether kernels/cuda implements `q`: the op table's rule (lib/graph/ops.ts)
- * narrowed to the ops and types written so far. HADAMARD and Q2_K/Q3_K
- * weights have no CUDA kernel yet; the
+ * narrowed to the ops and types written so far. Q2_K/Q3_K weights have
+ * no CUDA kernel yet; the
  * scheduler runs them on the next backend in the list.
  */
 export function cudaOpSupported(q: OpQuery): boolean {
@@ -82,6 +82,7 @@ export function cudaOpSupported(q: OpQuery): boolean {
     case Op.SSM_CONV:
     case Op.SSM_SCAN:
     case Op.CONCAT:
+    case Op.HADAMARD:
       return true;
     case Op.GET_ROWS:
     case Op.MUL_MAT:
