@@ -138,14 +138,14 @@ Deno.test("compute: malformed or unsupported nodes never reach lec_graph_compute
     () => cuda.compute([node(Op.SILU, t(16), [t(16, 2040)])]),
     NodeValidationError,
   );
-  // a type with no CUDA kernel: a Q2_K weight (84 bytes per 256 elements)
-  const q2k = {
-    ...t(256, 64),
-    type: GGMLType.Q2_K,
-    nb: [84, 84, 84, 84] as [number, number, number, number],
+  // a type combination with no CUDA kernel: a copy into Q5_0 (22 bytes per 32 elements)
+  const q50 = {
+    ...t(32, 512),
+    type: GGMLType.Q5_0,
+    nb: [22, 22, 22, 22] as [number, number, number, number],
   };
   await assert.rejects(
-    () => cuda.compute([node(Op.MUL_MAT, t(1), [q2k, t(256, 256)])]),
+    () => cuda.compute([node(Op.CPY, q50, [t(32, 256)])]),
     (e: unknown) => e instanceof CudaError && /no CUDA kernel/.test(e.message),
   );
   assert.equal(dbl.calls.get("lec_graph_compute"), undefined);

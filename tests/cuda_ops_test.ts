@@ -20,9 +20,9 @@ import { Context } from "../lib/runtime/context.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
 const { F32, F16, BF16, Q8_0, Q4_0, I32 } = GGMLType;
-const { Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K } = GGMLType;
+const { Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K } = GGMLType;
 const FLOAT: readonly number[] = [F32, F16, BF16];
-const WEIGHTS = [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K];
+const WEIGHTS = [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
 const cpuLib = await loadLibrary();
 const probe = await probeCuda();
 const ignore = !probe.ok;
@@ -362,7 +362,7 @@ Deno.test("every CUDA op case is a valid node the CUDA op table accepts (runs on
   // Without a GPU this keeps the cases below ready: valid, supported, computable.
   using cpu = await CpuBackend.create({ threads: 1 });
   const list = cases();
-  assert.equal(list.length, 82);
+  assert.equal(list.length, 90);
   for (const c of list) {
     const dst = place(cpu, c.dst), src = c.src.map((s) => place(cpu, s));
     const params = new Int32Array(16);

@@ -18,6 +18,8 @@ enum {
   T_Q5_0 = 6,
   T_Q5_1 = 7,
   T_Q8_0 = 8,
+  T_Q2_K = 10,
+  T_Q3_K = 11,
   T_Q4_K = 12,
   T_Q5_K = 13,
   T_Q6_K = 14,
@@ -28,7 +30,8 @@ enum {
 // Whether load_elem reads rows of this weight type.
 static inline bool weight_type(int t) {
   return t == T_F32 || t == T_F16 || t == T_BF16 || t == T_Q4_0 || t == T_Q4_1 ||
-         t == T_Q5_0 || t == T_Q5_1 || t == T_Q8_0 || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
+         t == T_Q5_0 || t == T_Q5_1 || t == T_Q8_0 || t == T_Q2_K || t == T_Q3_K || t == T_Q4_K ||
+         t == T_Q5_K || t == T_Q6_K;
 }
 
 #define QK 32  // elements per Q4_0 / Q8_0 / Q8_1 block
@@ -150,6 +153,28 @@ static __host__ __device__ float load_elem_slow(const char *row, int type, int64
     return type == T_Q5_0 ? (float)(q - 16) * d : d * (float)q + h2f(b + 2);
   }
   const int64_t w = k % 256;
+  if (type == T_Q2_K || type == T_Q3_K) {
+    // 16 sub-blocks of 16: element w is bit pair j of byte l (+16 in the second half) of the
+    // 32 quant bytes of its 128-element half n.
+    const int n = (int)(w / 128), within = (int)(w % 128), j = within / 32;
+    const int half = (within % 32) / 16, l = within % 16, is = n * 8 + j * 2 + half;
+    if (type == T_Q2_K) {
+      const uint8_t *b = r + (k / 256) * 84;
+      const int sc = b[is], q = (b[16 + 32 * n + l + 16 * half] >> (2 * j)) & 3;
+      return h2f(b + 80) * (float)(sc & 0xF) * (float)q - h2f(b + 82) * (float)(sc >> 4);
+    }
+    const uint8_t *b = r + (k / 256) * 110;  // hmask[32], qs[64], scales[12], d
+    // ggml's unpacking of sixteen 6-bit scales from 12 bytes.
+    const uint32_t a0 = u32_at(b + 96), a1 = u32_at(b + 100), t = u32_at(b + 104);
+    const uint32_t m1 = 0x03030303, m2 = 0x0f0f0f0f;
+    const uint32_t aux[4] = {(a0 & m2) | (((t >> 0) & m1) << 4), (a1 & m2) | (((t >> 2) & m1) << 4),
+                             ((a0 >> 4) & m2) | (((t >> 4) & m1) << 4),
+                             ((a1 >> 4) & m2) | (((t >> 6) & m1) << 4)};
+    const int sc = (int8_t)(aux[is / 4] >> (8 * (is % 4)));
+    const int q = (b[32 + 32 * n + l + 16 * half] >> (2 * j)) & 3;
+    const int hb = b[l + 16 * half] & (1 << (4 * n + j)) ? 0 : 4;
+    return h2f(b + 108) * (float)(sc - 32) * (float)(q - hb);
+  }
   if (type == T_Q6_K) {
     const uint8_t *b = r + (k / 256) * 210;
     const int n = (int)(w / 128), rr = (int)(w % 128), quarter = rr / 32, l = rr % 32;

@@ -39,9 +39,9 @@ import { DEVICE_INFO_BYTES, DeviceInfoLayout as DI } from "../../ffi/cuda_symbol
 import { NODE_BYTES, NodeLayout as L, TENSOR_BYTES } from "../../ffi/symbols.ts";
 import { cString, detachNative, nativeBytes, pointerAt, setAddress } from "../../ffi/pointers.ts";
 
-const { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K } = GGMLType;
+const { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K } = GGMLType;
 const FLOAT: readonly number[] = [F32, F16, BF16];
-/** Weight types the CUDA get_rows and mul_mat kernels read (not yet Q2_K, Q3_K). */
+/** Weight types the CUDA get_rows and mul_mat kernels read (every one the CPU reads). */
 export const CUDA_WEIGHT_TYPES: readonly number[] = [
   F32,
   F16,
@@ -51,6 +51,8 @@ export const CUDA_WEIGHT_TYPES: readonly number[] = [
   Q4_1,
   Q5_0,
   Q5_1,
+  Q2_K,
+  Q3_K,
   Q4_K,
   Q5_K,
   Q6_K,
@@ -58,8 +60,8 @@ export const CUDA_WEIGHT_TYPES: readonly number[] = [
 
 /**
  * Whether kernels/cuda implements `q`: the op table's rule (lib/graph/ops.ts)
- * narrowed to the ops and types written so far. Q2_K/Q3_K weights have
- * no CUDA kernel yet; the
+ * narrowed to the ops and types written so far: copies into Q4_1/Q5_x/
+ * BF16-from-quantized have no CUDA kernel yet; the
  * scheduler runs them on the next backend in the list.
  */
 export function cudaOpSupported(q: OpQuery): boolean {
