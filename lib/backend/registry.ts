@@ -1,13 +1,16 @@
 /**
  * Backends by name, so that which ones a context runs on is data (a list of
  * names) rather than a switch over the kinds this file happens to know.
- * Built in: "cpu" (the native kernels) and "ref" (the TypeScript reference).
+ * Built in: "cpu" (the native kernels), "ref" (the TypeScript reference) and
+ * "cuda" (kernels/cuda; opening it fails with a one-line error where no
+ * device is usable).
  * A backend living elsewhere (a GPU one, a test double) registers a factory
  * under its own name.
  *
  * @module
  */
 import { CpuBackend } from "./cpu.ts";
+import { CudaBackend } from "./cuda.ts";
 import { ReferenceBackend } from "./reference.ts";
 import type { Backend } from "./types.ts";
 
@@ -23,6 +26,7 @@ export type BackendFactory = (options: BackendFactoryOptions) => Promise<Backend
 const BUILTIN = new Map<string, BackendFactory>([
   ["cpu", (o) => CpuBackend.create({ threads: o.threads })],
   ["ref", () => Promise.resolve(new ReferenceBackend())],
+  ["cuda", () => CudaBackend.create()],
 ]);
 
 const factories = new Map<string, BackendFactory>(BUILTIN);

@@ -103,6 +103,12 @@ export const GENERATE_FLAGS = {
   }),
   "flash-attn": flashAttnFlag(),
   "cache-type": cacheTypeFlag(),
+  "gpu-layers": flag.int({
+    aliases: ["n-gpu-layers"],
+    min: -1,
+    default: 0,
+    description: "layers offloaded to the CUDA backend; 0 = CPU only, -1 = all",
+  }),
 };
 
 const SPEC = {
@@ -184,7 +190,7 @@ export function main(args: string[]): Promise<number> {
       nCtx,
       nBatch: a["batch-size"],
       threads: a.threads,
-      backend: a.backend,
+      ...(a["gpu-layers"] ? { nGpuLayers: a["gpu-layers"] } : { backend: a.backend }),
       flashAttn: a["flash-attn"],
       kvType: a["cache-type"],
     });

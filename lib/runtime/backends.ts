@@ -25,9 +25,15 @@ export interface BackendPlan {
 
 /**
  * A context's backends as chosen: a shorthand of the `backend` option
- * ("cpu", "ref", `{ cpuLayers }`) or the general {@link BackendPlan}.
+ * ("cpu", "ref", `{ cpuLayers }`), the `nGpuLayers` option (`{ gpuLayers }`)
+ * or the general {@link BackendPlan}.
  */
-export type BackendChoice = "cpu" | "ref" | { readonly cpuLayers: number } | BackendPlan;
+export type BackendChoice =
+  | "cpu"
+  | "ref"
+  | { readonly cpuLayers: number }
+  | { readonly gpuLayers: number }
+  | BackendPlan;
 
 /**
  * The choice `options` make (a copy, so later changes to the caller's arrays
@@ -38,8 +44,10 @@ export function backendChoice(options: {
   readonly backend?: "cpu" | "ref" | { readonly cpuLayers: number };
   readonly backends?: readonly string[];
   readonly layerSplit?: readonly number[];
+  readonly nGpuLayers?: number;
 }): BackendChoice {
-  const { backend, backends, layerSplit } = options;
+  const { backend, backends, layerSplit, nGpuLayers } = options;
+  if (nGpuLayers) return { gpuLayers: nGpuLayers };
   if (!backends) return backend ?? "cpu";
   return layerSplit ? { backends: [...backends], layerSplit: [...layerSplit] } : {
     backends: [...backends],
@@ -48,12 +56,23 @@ export function backendChoice(options: {
 
 /**
  * The plan a choice stands for: "cpu" is `{ backends: ["cpu"] }`, "ref" is
- * `{ backends: ["ref"] }` and `{ cpuLayers: k }` is
- * `{ backends: ["cpu", "ref"], layerSplit: [k] }`.
+ * `{ backends: ["ref"] }`, `{ cpuLayers: k }` is
+ * `{ backends: ["cpu", "ref"], layerSplit: [k] }` and `{ gpuLayers: k }`
+ * (for a model of `nLayer` layers) offloads the last k layers as llama.cpp's
+ * n_gpu_layers does: `{ backends: ["cpu", "cuda"], layerSplit: [nLayer - k] }`,
+ * all of them for k = -1 or k >= nLayer. Unlike llama.cpp, the output head
+ * runs on the GPU with the last layer (llama.cpp keeps it on the host unless
+ * k > nLayer), and ops the CUDA kernels lack run on the CPU.
  */
-export function backendPlan(choice: BackendChoice): BackendPlan {
+export function backendPlan(choice: BackendChoice, nLayer?: number): BackendPlan {
   if (choice === "cpu" || choice === "ref") return { backends: [choice] };
   if ("cpuLayers" in choice) return { backends: ["cpu", "ref"], layerSplit: [choice.cpuLayers] };
+  if ("gpuLayers" in choice) {
+    if (nLayer === undefined) throw new TypeError("backendPlan: gpuLayers needs the layer count");
+    const k = choice.gpuLayers;
+    const onGpu = k < 0 ? nLayer : Math.min(k, nLayer);
+    return { backends: ["cpu", "cuda"], layerSplit: [nLayer - onGpu] };
+  }
   return choice;
 }
 
@@ -61,6 +80,7 @@ export function backendPlan(choice: BackendChoice): BackendPlan {
 export function choiceLabel(choice: BackendChoice): string {
   if (typeof choice === "string") return choice;
   if ("cpuLayers" in choice) return `cpuLayers ${choice.cpuLayers}`;
+  if ("gpuLayers" in choice) return `gpuLayers ${choice.gpuLayers}`;
   const split = choice.layerSplit;
   return choice.backends.map((n, i) => split && i < split.length ? `${n}:${split[i]}` : n)
     .join("+");
@@ -69,12 +89,13 @@ export function choiceLabel(choice: BackendChoice): string {
 /** The shape of `choice` as context options (to open another context like it). */
 export function choiceOptions(
   choice: BackendChoice,
-): { backend: "cpu" | "ref" | { cpuLayers: number } } | {
+): { backend: "cpu" | "ref" | { cpuLayers: number } } | { nGpuLayers: number } | {
   backends: readonly string[];
   layerSplit?: readonly number[];
 } {
   if (typeof choice === "string") return { backend: choice };
   if ("cpuLayers" in choice) return { backend: { cpuLayers: choice.cpuLayers } };
+  if ("gpuLayers" in choice) return { nGpuLayers: choice.gpuLayers };
   return choice.layerSplit
     ? { backends: choice.backends, layerSplit: choice.layerSplit }
     : { backends: choice.backends };

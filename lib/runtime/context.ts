@@ -234,7 +234,7 @@ export class Context implements Disposable, AsyncDisposable {
       use.freed();
     });
     // The choice is data: registry names in order and a layer split.
-    const plan = backendPlan(choice);
+    const plan = backendPlan(choice, hp.nLayer);
     const backends = await openBackends(plan, options.threads, stack);
     const assign = layerAssignment(plan, backends);
     const taps = options.debugTaps?.length ? new Set(options.debugTaps) : undefined;

@@ -82,6 +82,15 @@ export interface ContextOptions {
    */
   layerSplit?: readonly number[];
   /**
+   * Layers offloaded to the CUDA backend (llama.cpp's n_gpu_layers): 0 (the
+   * default) runs on the CPU only, k > 0 runs the last k layers and the
+   * output head on the GPU, -1 all of them. Not together with
+   * {@link ContextOptions.backend} or {@link ContextOptions.backends}. With
+   * no usable device, Context.create fails with a one-line error naming the
+   * CUDA library, the driver call and its error.
+   */
+  nGpuLayers?: number;
+  /**
    * Debugging: intermediate tensors to keep and copy into
    * {@link Context.lastTaps} after each graph run, by llama.cpp's callback
    * names ("attn_norm-0", "Kcur-2", "kq_soft_max-1", "l_out-5",
@@ -140,6 +149,7 @@ const CONTEXT_KEYS = [
   "backend",
   "backends",
   "layerSplit",
+  "nGpuLayers",
   "debugTaps",
 ] as const;
 const INT32_MAX = 2 ** 31 - 1;
@@ -180,6 +190,10 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
     }
   }
   checkBackends(c, hp, o);
+  c.int("nGpuLayers", o.nGpuLayers, -1, INT32_MAX);
+  if (o.nGpuLayers && (o.backend !== undefined || o.backends !== undefined)) {
+    c.fail("nGpuLayers", o.nGpuLayers, "0 together with backend or backends");
+  }
   if (o.debugTaps !== undefined) {
     if (!Array.isArray(o.debugTaps) || o.debugTaps.some((t) => typeof t !== "string")) {
       c.fail("debugTaps", o.debugTaps, "an array of tensor names");
