@@ -27,6 +27,13 @@
 #include <time.h>
 
 #define LE_SPIN 4096
+/* A worker waiting for the next compute polls this long (ns) before it
+ * sleeps: a decode step's TypeScript between two computes takes well under
+ * this, so the worker is running when the next one starts, instead of
+ * being woken through the kernel (tens of microseconds, more in a VM) at
+ * the start of every token. An idle context burns at most this much CPU
+ * per compute, like ggml's polling threadpool. */
+#define LE_POLL_NS 2000000.0
 
 /* Most nodes that may run between two barriers (bounds plan_barriers' work). */
 #define LE_GROUP_MAX 8
@@ -75,6 +82,7 @@ struct le_ctx {
   int32_t cap_nodes;   /* entries of chunks and sync */
   int64_t n_barriers;  /* barriers between nodes (profile) */
   int64_t n_computes;
+  atomic_llong n_sleeps; /* waits that ended in a sleep (profile) */
   char fail_msg[256];
   char error[512]; /* le_ctx_error */
   /* LE_PROFILE=1: thread 0's wall time per op (node + its barrier), printed at free */
@@ -94,19 +102,36 @@ static inline void le_cpu_relax(void) {
 #endif
 }
 
-/* Wait until *v != old: spin, then sleep. Correct against le_notify because
- * both sides use seq_cst on (v, sleepers) and the sleeper rechecks v under
- * the mutex before waiting. */
-static void le_wait_change(le_ctx *ctx, atomic_int *v, int old) {
+static double le_now_ns(void);
+
+/* Wait until *v != old: spin, poll until poll_ns have passed (0: no
+ * polling), then sleep. Correct against le_notify because both sides use
+ * seq_cst on (v, sleepers) and the sleeper rechecks v under the mutex
+ * before waiting. */
+static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll_ns) {
   for (int i = 0; i < LE_SPIN; i++) {
     if (atomic_load(v) != old) return;
     le_cpu_relax();
   }
+  if (poll_ns > 0) {
+    const double t0 = le_now_ns();
+    do {
+      for (int i = 0; i < 256; i++) {
+        if (atomic_load(v) != old) return;
+        le_cpu_relax();
+      }
+    } while (le_now_ns() - t0 < poll_ns);
+  }
+  if (ctx->profile) atomic_fetch_add_explicit(&ctx->n_sleeps, 1, memory_order_relaxed);
   pthread_mutex_lock(&ctx->mu);
   atomic_fetch_add(&ctx->sleepers, 1);
   while (atomic_load(v) == old) pthread_cond_wait(&ctx->cv, &ctx->mu);
   atomic_fetch_sub(&ctx->sleepers, 1);
   pthread_mutex_unlock(&ctx->mu);
+}
+
+static void le_wait_change(le_ctx *ctx, atomic_int *v, int old) {
+  le_wait_change_poll(ctx, v, old, 0);
 }
 
 static void le_notify(le_ctx *ctx) {
@@ -317,7 +342,7 @@ static void *le_worker_main(void *arg) {
   le_ctx *ctx = w->ctx;
   int seen = 0;
   for (;;) {
-    le_wait_change(ctx, &ctx->job_gen, seen);
+    le_wait_change_poll(ctx, &ctx->job_gen, seen, LE_POLL_NS);
     seen = atomic_load(&ctx->job_gen);
     if (atomic_load(&ctx->stop)) break;
     le_run_nodes(ctx, w->ith);
@@ -364,8 +389,11 @@ void le_ctx_free(le_ctx *ctx) {
   if (!ctx) return;
   if (ctx->profile) {
     if (ctx->n_computes)
-      fprintf(stderr, "le_profile: %.1f barriers between nodes per compute (%lld computes)\n",
-              (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes);
+      fprintf(stderr,
+              "le_profile: %.1f barriers between nodes per compute (%lld computes), "
+              "%.2f sleeps per compute\n",
+              (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes,
+              (double)atomic_load(&ctx->n_sleeps) / (double)ctx->n_computes);
     double tot = 0;
     for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
     for (int i = 0; i < LE_OP_COUNT; i++)
