@@ -7,8 +7,9 @@
  * layer, and q/k/v or gate/up projections need no wait between them. Which
  * thread computes what never changes a value, so results do not depend on it.
  * Waiting spins briefly on an atomic (nodes are short, a sleep/wake round
- * trip costs more than the work) and then sleeps on a condition variable so
- * an idle context burns no CPU.
+ * trip costs more than the work), then yields the CPU in a loop for a while
+ * (see le_wait_change_poll), then sleeps on a condition variable so an idle
+ * context burns no CPU.
  *
  * Cancelling (le_ctx_cancel, from another thread while a compute runs) is
  * seen at two places: between nodes, decided at a barrier by the thread that
@@ -21,6 +22,7 @@
 #include "le_sched.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,8 @@
  * the start of every token. An idle context burns at most this much CPU
  * per compute, like ggml's polling threadpool. */
 #define LE_POLL_NS 2000000.0
+/* A barrier polls this long (ns) after its spin before it sleeps. */
+#define LE_BARRIER_POLL_NS 1000000.0
 
 /* Most nodes that may run between two barriers (bounds plan_barriers' work). */
 #define LE_GROUP_MAX 8
@@ -104,10 +108,15 @@ static inline void le_cpu_relax(void) {
 
 static double le_now_ns(void);
 
-/* Wait until *v != old: spin, poll until poll_ns have passed (0: no
- * polling), then sleep. Correct against le_notify because both sides use
- * seq_cst on (v, sleepers) and the sleeper rechecks v under the mutex
- * before waiting. */
+/* Wait until *v != old: spin, then yield the CPU in a loop until poll_ns
+ * have passed, then sleep. Spinning answers fastest; yielding lets a thread
+ * we wait for run when it was preempted on this CPU (a loaded machine) and
+ * still answers within a microsecond or so on an idle one; sleeping costs a
+ * wake-up through the kernel (tens of microseconds, more in a VM, where it
+ * halts the virtual CPU), which a barrier sleeping on one side and waking
+ * late on the other can turn into a chain of such waits. Correct against
+ * le_notify because both sides use seq_cst on (v, sleepers) and the sleeper
+ * rechecks v under the mutex before waiting. */
 static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll_ns) {
   for (int i = 0; i < LE_SPIN; i++) {
     if (atomic_load(v) != old) return;
@@ -116,9 +125,9 @@ static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll
   if (poll_ns > 0) {
     const double t0 = le_now_ns();
     do {
-      for (int i = 0; i < 256; i++) {
+      for (int i = 0; i < 16; i++) {
         if (atomic_load(v) != old) return;
-        le_cpu_relax();
+        sched_yield();
       }
     } while (le_now_ns() - t0 < poll_ns);
   }
@@ -131,7 +140,7 @@ static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll
 }
 
 static void le_wait_change(le_ctx *ctx, atomic_int *v, int old) {
-  le_wait_change_poll(ctx, v, old, 0);
+  le_wait_change_poll(ctx, v, old, LE_BARRIER_POLL_NS);
 }
 
 static void le_notify(le_ctx *ctx) {
