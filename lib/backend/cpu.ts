@@ -159,6 +159,7 @@ export class CpuBackend implements Backend {
   readonly #syncBelowMs: number;
   // Milliseconds run synchronously since the last asynchronous run.
   #syncRun = 0;
+  #lastSync = false;
   readonly #addr = new WeakMap<BackendBuffer, number>();
 
   /** Opens (and if needed builds) the library, then creates the backend. */
@@ -182,6 +183,11 @@ export class CpuBackend implements Backend {
     if (ctx === null) throw new NativeComputeError(`le_ctx_new: ${lib.lastError()}`);
     this.#s = { lib, ctx, buffers: new Set(), programs: [] };
     forgotten.register(this, this.#s, this);
+  }
+
+  /** Whether the last {@link compute} ran on the caller's thread (see syncBelowMs). */
+  get lastComputeSync(): boolean {
+    return this.#lastSync;
   }
 
   /** Whether a compute is in flight. */
@@ -348,6 +354,7 @@ export class CpuBackend implements Backend {
       const prog = this.#programFor(nodes);
       if (prog && prog.lastMs <= this.#syncBelowMs && this.#syncRun < SYNC_SLICE_MS) {
         try {
+          this.#lastSync = true;
           this.#runSync(nodes);
           return Promise.resolve();
         } catch (e) {
@@ -359,6 +366,7 @@ export class CpuBackend implements Backend {
       if (this.#closed) throw new BackendDisposedError();
       signal?.throwIfAborted();
       if (nodes.length === 0) return;
+      this.#lastSync = false;
       const cmd = this.#encode(nodes);
       const prog = this.#s.programs[0];
       const s = this.#s, sym = s.lib.symbols;
@@ -381,9 +389,10 @@ export class CpuBackend implements Backend {
         this.#running--;
         if (this.#closed && this.#running === 0) this.#release();
       }
-      // The wall time of the call, wake-ups and event loop delay included:
-      // an overestimate, so a graph runs synchronously only when surely short.
-      prog.lastMs = performance.now() - t0;
+      // The wall time of a completed call, wake-ups and event loop delay
+      // included: an overestimate, so a graph runs synchronously only when
+      // surely short (a cancelled one says nothing of its length).
+      if (rc === 0) prog.lastMs = performance.now() - t0;
       if (rc === LE_CANCELLED) {
         if (signal?.aborted) throw signal.reason;
         throw new BackendDisposedError("CpuBackend disposed while computing");
@@ -414,9 +423,9 @@ export class CpuBackend implements Backend {
     const t0 = performance.now();
     const rc = sym.le_graph_compute_sync(this.#s.ctx, cmd, nodes.length);
     const ms = performance.now() - t0;
-    prog.lastMs = ms;
     this.#syncRun += ms;
     this.#check(rc);
+    prog.lastMs = ms;
   }
 
   /** Runs the nodes synchronously on this thread's caller (small graphs, tests). */
