@@ -87,6 +87,7 @@ struct le_ctx {
   int64_t n_barriers;  /* barriers between nodes (profile) */
   int64_t n_computes;
   atomic_llong n_sleeps; /* waits that ended in a sleep (profile) */
+  double setup_ns;       /* node checks and barrier plan (profile) */
   char fail_msg[256];
   char error[512]; /* le_ctx_error */
   /* LE_PROFILE=1: thread 0's wall time per op (node + its barrier), printed at free */
@@ -400,9 +401,10 @@ void le_ctx_free(le_ctx *ctx) {
     if (ctx->n_computes)
       fprintf(stderr,
               "le_profile: %.1f barriers between nodes per compute (%lld computes), "
-              "%.2f sleeps per compute\n",
+              "%.2f sleeps and %.1f us of checks and barrier planning per compute\n",
               (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes,
-              (double)atomic_load(&ctx->n_sleeps) / (double)ctx->n_computes);
+              (double)atomic_load(&ctx->n_sleeps) / (double)ctx->n_computes,
+              ctx->setup_ns / 1e3 / (double)ctx->n_computes);
     double tot = 0;
     for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
     for (int i = 0; i < LE_OP_COUNT; i++)
@@ -451,6 +453,7 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
     le_set_error("le_graph_compute: null context or node array");
     return -1;
   }
+  const double t_setup = ctx->profile ? le_now_ns() : 0;
   int expected = 0;
   if (!atomic_compare_exchange_strong(&ctx->busy, &expected, 1)) {
     le_set_error("le_graph_compute: context is already computing");
@@ -491,6 +494,7 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   }
   if (n_nodes > 0) memset(ctx->chunks, 0, (size_t)n_nodes * sizeof(le_chunk));
   plan_barriers(ctx, nodes, n_nodes);
+  if (ctx->profile) ctx->setup_ns += le_now_ns() - t_setup;
   if (ctx->profile > 1 && ctx->n_computes == 1) { /* the barrier plan: "|" barrier, "s" solo */
     for (int i = 0; i < n_nodes; i++)
       fprintf(stderr, "%s%s%d", ctx->sync[i] & LE_SYNC_BEFORE ? " |" : " ",
