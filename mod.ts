@@ -44,7 +44,7 @@ export {
   type DecodeResult,
   type MemoryOps,
 } from "./lib/runtime/context.ts";
-export { type EvaluateOptions, Sequence } from "./lib/runtime/sequence.ts";
+export { type BatchStats, type EvaluateOptions, Sequence } from "./lib/runtime/sequence.ts";
 export {
   generate,
   type GeneratedToken,
@@ -118,6 +118,7 @@ export {
 export { type Sampler } from "./lib/sample/samplers.ts";
 export { TokenCandidates } from "./lib/sample/candidates.ts";
 export { applyCfg } from "./lib/sample/cfg.ts";
+export { type StepLogprobs, stepLogprobs, type TokenLogprob } from "./lib/sample/logprobs.ts";
 
 // ---- grammars and JSON schema -------------------------------------------------
 export {

@@ -16,7 +16,7 @@ import { embed } from "../lib/runtime/embed.ts";
 import { createHandler } from "../lib/server/handler.ts";
 import { CHATML_TEMPLATE, ChatTemplate } from "../lib/server/chat.ts";
 import { StopScanner } from "../lib/server/stop.ts";
-import { parseToolCall, ToolCallStreamer } from "../lib/server/tools.ts";
+import { parseToolCalls, type ToolCallDelta, ToolCallStreamer } from "../lib/server/tools.ts";
 
 import { KEY, MODEL, SLOT } from "./server_util.ts";
 
@@ -43,29 +43,58 @@ Deno.test("server: stop strings are cut across pieces and never emitted", () => 
   assert.equal(t.flush(), "");
 });
 
-Deno.test("server: a forced tool call streams its name, then argument fragments", () => {
-  const text = '{ "name" : "get_weather", "arguments": {"city": {"a": "}"}} \n}';
-  for (const size of [1, 3, 7, text.length]) {
-    const s = new ToolCallStreamer();
-    let name = "", args = "";
-    for (let i = 0; i < text.length; i += size) {
-      const d = s.push(text.slice(i, i + size));
-      name += d.name ?? "";
-      args += d.args;
+Deno.test("server: forced tool calls stream each name, then argument fragments", () => {
+  const cases: [string, { name: string; args: unknown }[]][] = [
+    ['{ "name" : "get_weather", "arguments": {"city": {"a": "}"}} \n}', [
+      { name: "get_weather", args: { city: { a: "}" } } },
+    ]],
+    ['[{"name":"f","arguments":{"a":"x\\"}]"}} ,{ "name":"g","arguments": {"n": [1, {}]} }]', [
+      { name: "f", args: { a: 'x"}]' } },
+      { name: "g", args: { n: [1, {}] } },
+    ]],
+  ];
+  for (const [text, want] of cases) {
+    for (const size of [1, 3, 7, text.length]) {
+      const s = new ToolCallStreamer();
+      const got: { id: string; name: string; args: string }[] = [];
+      const take = (ds: ToolCallDelta[]) => {
+        for (const d of ds) {
+          if (d.id) got[d.index] = { id: d.id, name: d.function.name!, args: "" };
+          got[d.index].args += d.function.arguments;
+        }
+      };
+      for (let i = 0; i < text.length; i += size) take(s.push(text.slice(i, i + size)));
+      take(s.end());
+      assert.deepEqual(got.map((g) => ({ name: g.name, args: JSON.parse(g.args) })), want);
+      assert.equal(new Set(got.map((g) => g.id)).size, want.length);
     }
-    args += s.end();
-    assert.equal(name, "get_weather");
-    assert.deepEqual(JSON.parse(args), { city: { a: "}" } });
   }
-  assert.equal(new ToolCallStreamer().end(), null);
-  const names = new Set(["f"]);
-  assert.equal(
-    parseToolCall('<tool_call>{"name":"f","arguments":{"x":1}}</tool_call>', names)
-      ?.function.arguments,
-    '{"x":1}',
+  assert.deepEqual(new ToolCallStreamer().end(), []);
+  const names = new Set(["f", "g"]);
+  const fns = (text: string, parallel = true) =>
+    parseToolCalls(text, names, parallel).map((c) => c.function);
+  assert.deepEqual(fns('<tool_call>{"name":"f","arguments":{"x":1}}</tool_call>'), [
+    { name: "f", arguments: '{"x":1}' },
+  ]);
+  const two = [{ name: "f", arguments: '{"x":1}' }, { name: "g", arguments: '{"y":"]"}' }];
+  assert.deepEqual(
+    fns(
+      '<tool_call>\n{"name":"f","arguments":{"x":1}}\n</tool_call>\n<tool_call>{"name":"g",' +
+        '"arguments":{"y":"]"}}</tool_call>',
+    ),
+    two,
   );
-  assert.equal(parseToolCall('{"name":"g","arguments":{}}', names), null);
-  assert.equal(parseToolCall("just text", names), null);
+  assert.deepEqual(
+    fns('[{"name":"f","arguments":{"x":1}}, {"name":"g","arguments":{"y":"]"}}]'),
+    two,
+  );
+  assert.deepEqual(fns('{"name":"f","arguments":{"x":1}} {"name":"g","arguments":{"y":"]"}}'), two);
+  assert.deepEqual(fns('{"name":"f","arguments":{"x":1}} {"name":"g","arguments":{}}', false), [
+    two[0],
+  ]);
+  assert.deepEqual(fns('{"name":"f","arguments":{}} {"name":"h","arguments":{}}'), []);
+  assert.deepEqual(fns('{"name":"g","arguments":{}} and text'), []);
+  assert.deepEqual(fns("just text"), []);
 });
 
 Deno.test({

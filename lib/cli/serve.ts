@@ -30,6 +30,12 @@ export const SERVE_FLAGS = {
     defaultText: "per slot the training context, at most 4096",
     description: "context size in tokens, split between the slots",
   }),
+  "batch-size": flag.int({
+    short: "b",
+    min: 1,
+    default: 512,
+    description: "tokens per decode: a long prompt goes in chunks of this size beside the streams",
+  }),
   "api-key": flag.string({ description: "require Authorization: Bearer KEY" }),
   "chat-template-file": flag.string({
     value: "FILE",
@@ -57,6 +63,7 @@ export function main(args: string[]): Promise<number> {
       parallel: a.parallel,
       ctxSize: a["ctx-size"] || undefined,
       apiKey: a["api-key"],
+      batchSize: a["batch-size"],
       threads: a.threads,
       flashAttn: a["flash-attn"],
       kvType: a["cache-type"] as "f16" | "f32" | "q8_0",

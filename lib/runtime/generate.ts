@@ -14,6 +14,7 @@ import {
   type SamplingOptions,
 } from "../sample/chain.ts";
 import { validateGenerateOptions } from "../sample/options.ts";
+import { type StepLogprobs, stepLogprobs } from "../sample/logprobs.ts";
 import { StreamDecoder } from "../tokenizer/mod.ts";
 import { OptionError } from "../options.ts";
 import { Context, ContextError, type ContextOptions } from "./context.ts";
@@ -48,6 +49,13 @@ export interface GenerateOptions
    * default: generation then stops with stopReason "context".
    */
   contextShift?: boolean | { nKeep?: number; nDiscard?: number };
+  /**
+   * Report each token's log-probability and this many most likely
+   * alternatives (0: the token's only): the log-softmax of the model's
+   * logits at that step, before guidance and samplers (llama-server's
+   * default, not its post-sampling probabilities).
+   */
+  logprobs?: number;
 }
 
 /** One generated token. */
@@ -56,6 +64,8 @@ export interface GeneratedToken {
   readonly id: number;
   /** Text this token completes (may be "" while a UTF-8 sequence is partial). */
   readonly text: string;
+  /** Its log-probability and the top alternatives, when `logprobs` was asked. */
+  readonly logprobs?: StepLogprobs;
 }
 
 /** Timings of a generation. */
@@ -86,14 +96,22 @@ export interface GenerateResult {
   readonly stopReason: "eog" | "length" | "context";
 }
 
+// A tokenizer's end-of-generation tokens: a scan of the vocabulary, once
+// (a server builds a chain per request).
+const EOG = new WeakMap<object, number[]>();
+
 /** Builds the sampler chain `opts` describe for `ctx`'s model. */
 export function samplerFor(ctx: Context, opts: GenerateOptions = {}): SamplerChain {
   validateGenerateOptions(opts, "samplerFor");
   const tok = ctx.model.tokenizer;
   let grammar = opts.grammar;
   if (opts.jsonSchema !== undefined) grammar = jsonSchemaToGrammar(opts.jsonSchema);
-  const eog: number[] = [];
-  for (let i = 0; i < tok.nVocab; i++) if (tok.isEog(i)) eog.push(i);
+  let eog = EOG.get(tok);
+  if (!eog) {
+    eog = [];
+    for (let i = 0; i < tok.nVocab; i++) if (tok.isEog(i)) eog.push(i);
+    EOG.set(tok, eog);
+  }
   return samplerChainFromOptions({
     ...opts,
     nVocab: ctx.model.hparams.nVocab,
@@ -153,7 +171,7 @@ async function sequenceTarget(seq: Sequence, prompt: number[], signal?: AbortSig
   let same = 0;
   while (same < held.length && same < prompt.length && held[same] === prompt[same]) same++;
   // The last prompt token is evaluated again when all is cached: its logits are needed.
-  if (same === prompt.length) same--;
+  if (same === prompt.length && same > 0) same--;
   await seq.truncate(same, signal);
   const t: Target = {
     // A recurrent sequence that diverged was cleared: everything is evaluated.
@@ -259,6 +277,8 @@ export async function* generate(
     let shifts = 0;
     while (tokens.length < maxTokens) {
       opts.signal?.throwIfAborted();
+      // The model's distribution, before guidance and samplers change the logits.
+      const raw = opts.logprobs !== undefined ? logits.slice() : null;
       if (guideLogits) applyCfg(logits, guideLogits, opts.cfg!.scale);
       const id = chain.sample(logits);
       chain.accept(id);
@@ -269,7 +289,10 @@ export async function* generate(
       tokens.push(id);
       const piece = stream.push(id);
       text += piece;
-      yield { id, text: piece };
+      yield raw ? { id, text: piece, logprobs: stepLogprobs(raw, id, opts.logprobs!) } : {
+        id,
+        text: piece,
+      };
       if (tokens.length >= maxTokens) break;
       // Without shifting, every cell is used; with it, llama-server's rule:
       // shift when the next token would fill the context.

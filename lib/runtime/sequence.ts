@@ -11,6 +11,7 @@ import { checkTokenIds, OptionChecker } from "../options.ts";
 import type { Context, DecodeResult } from "./context.ts";
 import type { ContextLease } from "./lease.ts";
 import { ContextDisposedError, ContextError } from "./errors.ts";
+import { clearImmediate, setImmediate } from "node:timers";
 
 /** Options of {@link Sequence.evaluate}. */
 export interface EvaluateOptions {
@@ -60,6 +61,15 @@ export class Sequence implements Disposable {
   /** Tokens cached for this sequence: the next position. */
   get nPast(): number {
     return this.#tokens.length;
+  }
+
+  /**
+   * Counters of the shared batches of this sequence's context: decodes run
+   * and the sequences and tokens they carried (continuous batching at work:
+   * sequences per decode near the number generating at once).
+   */
+  get batchStats(): Readonly<BatchStats> {
+    return this.#queue.stats;
   }
 
   /** Whether the sequence was disposed. */
@@ -231,6 +241,16 @@ export class Sequence implements Disposable {
   }
 }
 
+/** Counters of a context's shared batches ({@link Sequence.batchStats}). */
+export interface BatchStats {
+  /** Decodes run for sequences. */
+  decodes: number;
+  /** Sequences they carried, summed (a sequence counts once per decode). */
+  sequences: number;
+  /** Tokens they carried, summed. */
+  tokens: number;
+}
+
 // One evaluation request: its tokens go out in one or more rounds.
 interface Request {
   seq: Sequence;
@@ -260,9 +280,15 @@ interface Span {
  * @internal
  */
 export class SequenceQueue {
+  /** Decodes run, and the sequences and tokens they carried. */
+  readonly stats: BatchStats = { decodes: 0, sequences: 0, tokens: 0 };
   #ctx: Context;
   #pending: Request[] = [];
   #pump: Promise<void> | null = null;
+  // Sequences whose evaluation the last round finished: a generation loop
+  // submits its next token soon after (sampling runs between rounds).
+  #expect = new Set<Sequence>();
+  #gate: (() => void) | null = null;
 
   /** A queue for `ctx`. */
   constructor(ctx: Context) {
@@ -285,12 +311,24 @@ export class SequenceQueue {
       done: Promise.withResolvers<DecodeResult>(),
     };
     this.#pending.push(r);
+    if (this.#expect.delete(seq) && this.#expect.size === 0) this.#gate?.();
     // Cancelled while waiting for its first round: out of the queue at once.
-    o.signal?.addEventListener("abort", () => {
-      if (r.sent === 0 && !r.busy && this.#pending.includes(r)) {
-        this.#fail(r, o.signal!.reason, null);
-      }
-    }, { once: true });
+    // The listener goes when the request settles: a generation passes the
+    // same signal for every token, and each listener would keep its request
+    // (and logits) alive until the signal dies.
+    const signal = o.signal;
+    if (signal) {
+      const onAbort = () => {
+        if (r.sent === 0 && !r.busy && this.#pending.includes(r)) {
+          this.#fail(r, signal.reason, null);
+        }
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      r.done.promise.then(
+        () => signal.removeEventListener("abort", onAbort),
+        () => signal.removeEventListener("abort", onAbort),
+      );
+    }
     this.#kick();
     return r.done.promise;
   }
@@ -312,6 +350,7 @@ export class SequenceQueue {
 
   /** Rejects the pending requests of `seq` (disposed). */
   drop(seq: Sequence, reason: Error): void {
+    if (this.#expect.delete(seq) && this.#expect.size === 0) this.#gate?.();
     for (const r of this.#pending) if (r.seq === seq) this.#fail(r, reason, null);
     this.#pending = this.#pending.filter((r) => r.seq !== seq);
   }
@@ -320,6 +359,26 @@ export class SequenceQueue {
   failAll(reason: Error): void {
     for (const r of this.#pending) r.done.reject(reason);
     this.#pending = [];
+  }
+
+  // Waits until every sequence the last round finished has submitted again,
+  // or until the microtasks have run out (a macrotask): without it, the
+  // sequences whose samplers run first start a round on their own and the
+  // rest wait for the next one, halving the batch (continuous batching
+  // then degrades into alternating half batches). setImmediate, not
+  // setTimeout(0): a timer costs a millisecond or more per round.
+  async #gather(): Promise<void> {
+    if (this.#expect.size === 0) return;
+    await new Promise<void>((resolve) => {
+      const t = setImmediate(done);
+      function done() {
+        clearImmediate(t);
+        resolve();
+      }
+      this.#gate = done;
+    });
+    this.#gate = null;
+    this.#expect.clear();
   }
 
   async #run(): Promise<void> {
@@ -336,6 +395,7 @@ export class SequenceQueue {
       } finally {
         lease[Symbol.dispose]();
       }
+      await this.#gather();
     }
   }
 
@@ -359,6 +419,9 @@ export class SequenceQueue {
       budget -= n;
     }
     if (!spans.length) return;
+    this.stats.decodes++;
+    this.stats.sequences += spans.length;
+    this.stats.tokens += at;
     try {
       await this.#decode(lease, spans);
     } catch (e) {
@@ -416,6 +479,7 @@ export class SequenceQueue {
         this.#fail(r, r.signal.reason, lease);
       } else if (r.sent === r.tokens.length) {
         this.#pending = this.#pending.filter((x) => x !== r);
+        if (!this.#pending.some((x) => x.seq === r.seq)) this.#expect.add(r.seq);
         r.done.resolve({
           logits: r.logits,
           embeddings: r.embeddings.length ? r.embeddings : undefined,

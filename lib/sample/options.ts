@@ -86,6 +86,7 @@ export const GENERATE_KEYS = [
   "special",
   "signal",
   "contextShift",
+  "logprobs",
 ] as const;
 
 /**
@@ -183,6 +184,7 @@ export function validateGenerateOptions(o: unknown, where = "generate"): void {
     c.int("contextShift.nDiscard", o.nDiscard, 0);
   }
   c.bool("special", g.special);
+  c.int("logprobs", g.logprobs, 0, 1024);
   c.str("grammar", g.grammar);
   if (g.grammar !== undefined && g.jsonSchema !== undefined) {
     c.fail("jsonSchema", g.jsonSchema, "either grammar or jsonSchema, not both");

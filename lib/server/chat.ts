@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { Template } from "@huggingface/jinja";
+import { PyTemplate } from "./jinja.ts";
 import { ApiError, badField } from "./errors.ts";
 
 /** ChatML, used when the model carries no chat template. */
@@ -111,7 +111,7 @@ export function checkMessages(v: unknown): ChatMessage[] {
 
 /** A compiled chat template with the model's special tokens. */
 export class ChatTemplate {
-  readonly #tpl: Template;
+  readonly #tpl: PyTemplate;
   readonly #bos: string;
   readonly #eos: string;
   /** The template source. */
@@ -120,7 +120,7 @@ export class ChatTemplate {
   /** Compiles `source` (throws on a syntax error). */
   constructor(source: string, bosToken: string, eosToken: string) {
     this.source = source;
-    this.#tpl = new Template(source);
+    this.#tpl = new PyTemplate(source);
     this.#bos = bosToken;
     this.#eos = eosToken;
   }

@@ -35,6 +35,13 @@ export function metricsResponse(m: Metrics, pool: SlotPool): Response {
     ["counter", "tokens_predicted_seconds_total", "Generation time.", m.genMs / 1000],
     ["gauge", "requests_processing", "Requests holding a slot.", pool.size - pool.free],
     ["gauge", "requests_deferred", "Requests waiting for a slot.", pool.queued],
+    ["counter", "n_decode_total", "Decodes run for the slots.", pool.batchStats.decodes],
+    [
+      "gauge",
+      "n_busy_slots_per_decode",
+      "Average slots per decode (continuous batching).",
+      pool.batchStats.sequences / Math.max(1, pool.batchStats.decodes),
+    ],
   ].map(([type, name, help, v]) =>
     `# HELP llmedge:${name} ${help}\n# TYPE llmedge:${name} ${type}\nllmedge:${name} ${v}\n`
   );

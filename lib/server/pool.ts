@@ -7,7 +7,7 @@
  *
  * @module
  */
-import type { Sequence } from "../runtime/sequence.ts";
+import type { BatchStats, Sequence } from "../runtime/sequence.ts";
 import { ApiError } from "./errors.ts";
 
 /** A pool of sequences handed out one request at a time. */
@@ -33,6 +33,11 @@ export class SlotPool {
   /** Slots free now. */
   get free(): number {
     return this.#free.size;
+  }
+
+  /** Counters of the decodes the slots share. */
+  get batchStats(): Readonly<BatchStats> {
+    return this.#seqs[0].batchStats;
   }
 
   /** Requests waiting for a slot. */

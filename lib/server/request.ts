@@ -131,6 +131,8 @@ export const COMMON_FIELDS = [
   "mirostat_tau",
   "mirostat_eta",
   "grammar",
+  "cfg_negative_prompt",
+  "cfg_scale",
 ] as const;
 
 /** A checked generation request (the parts common to both endpoints). */
@@ -145,25 +147,48 @@ export interface SamplingRequest {
   stream: boolean;
   /** Send a final usage chunk when streaming. */
   includeUsage: boolean;
+  /** Choices asked for (`n`). */
+  n: number;
+  /** Alternatives per token when log-probabilities were asked (0: the token's only), else null. */
+  logprobs: number | null;
 }
+
+/** Most alternatives per token (`top_logprobs`, completions' `logprobs`), llama-server's default. */
+export const MAX_TOP_LOGPROBS = 20;
 
 /** Largest accepted token count: beyond it a request is a mistake, not a wish. */
 const MAX_TOKENS = 2 ** 31 - 1;
 
-/** Checks the common fields of `body` (`nVocab` bounds `logit_bias` token ids). */
+/**
+ * Checks the common fields of `body` for chat or completions (`nVocab`
+ * bounds `logit_bias` token ids).
+ */
 export function samplingRequest(
   body: Record<string, unknown>,
-  maxTokensKeys: readonly string[],
+  chat: boolean,
   nVocab: number,
 ): SamplingRequest {
   let maxTokens: number | undefined;
-  for (const k of maxTokensKeys) maxTokens ??= num(body, k, 1, MAX_TOKENS, true);
-  const n = num(body, "n", 1, 1, true);
-  void n; // only n = 1 is served
-  if (body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false) {
-    throw badField("logprobs", "log-probabilities are not supported yet", "unsupported_value");
+  for (const k of chat ? ["max_completion_tokens", "max_tokens"] : ["max_tokens"]) {
+    maxTokens ??= num(body, k, 1, MAX_TOKENS, true);
+  }
+  const n = num(body, "n", 1, 128, true) ?? 1;
+  let logprobs: number | null = null;
+  if (chat) {
+    // Chat: logprobs is a switch, top_logprobs the count (which needs it).
+    const top = num(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, true);
+    if (bool(body, "logprobs")) logprobs = top ?? 0;
+    else if (top !== undefined) throw badField("top_logprobs", "needs logprobs: true");
+  } else {
+    // Completions (legacy): logprobs is the count of alternatives.
+    logprobs = num(body, "logprobs", 0, MAX_TOP_LOGPROBS, true) ?? null;
   }
   str(body, "user");
+  const negative = str(body, "cfg_negative_prompt");
+  const scale = num(body, "cfg_scale", 0, 100);
+  if (scale !== undefined && scale !== 1 && negative === undefined) {
+    throw badField("cfg_scale", "needs cfg_negative_prompt");
+  }
   const opts: GenerateOptions = {
     temperature: num(body, "temperature", 0, 100),
     topP: num(body, "top_p", 0, 1),
@@ -178,6 +203,8 @@ export function samplingRequest(
     mirostatEta: num(body, "mirostat_eta", 0, 100),
     logitBias: logitBias(body.logit_bias, nVocab),
     grammar: grammar(body.grammar),
+    cfg: negative !== undefined ? { negativePrompt: negative, scale: scale ?? 1 } : undefined,
+    logprobs: logprobs ?? undefined,
   };
   for (const k of Object.keys(opts) as (keyof GenerateOptions)[]) {
     if (opts[k] === undefined) delete opts[k];
@@ -207,7 +234,7 @@ export function samplingRequest(
     throw badField("grammar", "grammar and a JSON response_format exclude each other");
   }
   Object.assign(opts, rf);
-  return { options: opts, maxTokens, stop, stream, includeUsage };
+  return { options: opts, maxTokens, stop, stream, includeUsage, n, logprobs };
 }
 
 // OpenAI's {"token id": bias in [-100, 100]}; -100 bans the token, as llama-server does.
