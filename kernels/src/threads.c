@@ -7,8 +7,9 @@
  * layer, and q/k/v or gate/up projections need no wait between them. Which
  * thread computes what never changes a value, so results do not depend on it.
  * Waiting spins briefly on an atomic (nodes are short, a sleep/wake round
- * trip costs more than the work) and then sleeps on a condition variable so
- * an idle context burns no CPU.
+ * trip costs more than the work), then yields the CPU in a loop for a while
+ * (see le_wait_change_poll), then sleeps on a condition variable so an idle
+ * context burns no CPU.
  *
  * Cancelling (le_ctx_cancel, from another thread while a compute runs) is
  * seen at two places: between nodes, decided at a barrier by the thread that
@@ -21,12 +22,22 @@
 #include "le_sched.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #define LE_SPIN 4096
+/* A worker waiting for the next compute polls this long (ns) before it
+ * sleeps: a decode step's TypeScript between two computes takes well under
+ * this, so the worker is running when the next one starts, instead of
+ * being woken through the kernel (tens of microseconds, more in a VM) at
+ * the start of every token. An idle context burns at most this much CPU
+ * per compute, like ggml's polling threadpool. */
+#define LE_POLL_NS 2000000.0
+/* A barrier polls this long (ns) after its spin before it sleeps. */
+#define LE_BARRIER_POLL_NS 1000000.0
 
 /* Most nodes that may run between two barriers (bounds plan_barriers' work). */
 #define LE_GROUP_MAX 8
@@ -75,6 +86,8 @@ struct le_ctx {
   int32_t cap_nodes;   /* entries of chunks and sync */
   int64_t n_barriers;  /* barriers between nodes (profile) */
   int64_t n_computes;
+  atomic_llong n_sleeps; /* waits that ended in a sleep (profile) */
+  double setup_ns;       /* node checks and barrier plan (profile) */
   char fail_msg[256];
   char error[512]; /* le_ctx_error */
   /* LE_PROFILE=1: thread 0's wall time per op (node + its barrier), printed at free */
@@ -94,19 +107,41 @@ static inline void le_cpu_relax(void) {
 #endif
 }
 
-/* Wait until *v != old: spin, then sleep. Correct against le_notify because
- * both sides use seq_cst on (v, sleepers) and the sleeper rechecks v under
- * the mutex before waiting. */
-static void le_wait_change(le_ctx *ctx, atomic_int *v, int old) {
+static double le_now_ns(void);
+
+/* Wait until *v != old: spin, then yield the CPU in a loop until poll_ns
+ * have passed, then sleep. Spinning answers fastest; yielding lets a thread
+ * we wait for run when it was preempted on this CPU (a loaded machine) and
+ * still answers within a microsecond or so on an idle one; sleeping costs a
+ * wake-up through the kernel (tens of microseconds, more in a VM, where it
+ * halts the virtual CPU), which a barrier sleeping on one side and waking
+ * late on the other can turn into a chain of such waits. Correct against
+ * le_notify because both sides use seq_cst on (v, sleepers) and the sleeper
+ * rechecks v under the mutex before waiting. */
+static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll_ns) {
   for (int i = 0; i < LE_SPIN; i++) {
     if (atomic_load(v) != old) return;
     le_cpu_relax();
   }
+  if (poll_ns > 0) {
+    const double t0 = le_now_ns();
+    do {
+      for (int i = 0; i < 16; i++) {
+        if (atomic_load(v) != old) return;
+        sched_yield();
+      }
+    } while (le_now_ns() - t0 < poll_ns);
+  }
+  if (ctx->profile) atomic_fetch_add_explicit(&ctx->n_sleeps, 1, memory_order_relaxed);
   pthread_mutex_lock(&ctx->mu);
   atomic_fetch_add(&ctx->sleepers, 1);
   while (atomic_load(v) == old) pthread_cond_wait(&ctx->cv, &ctx->mu);
   atomic_fetch_sub(&ctx->sleepers, 1);
   pthread_mutex_unlock(&ctx->mu);
+}
+
+static void le_wait_change(le_ctx *ctx, atomic_int *v, int old) {
+  le_wait_change_poll(ctx, v, old, LE_BARRIER_POLL_NS);
 }
 
 static void le_notify(le_ctx *ctx) {
@@ -317,7 +352,7 @@ static void *le_worker_main(void *arg) {
   le_ctx *ctx = w->ctx;
   int seen = 0;
   for (;;) {
-    le_wait_change(ctx, &ctx->job_gen, seen);
+    le_wait_change_poll(ctx, &ctx->job_gen, seen, LE_POLL_NS);
     seen = atomic_load(&ctx->job_gen);
     if (atomic_load(&ctx->stop)) break;
     le_run_nodes(ctx, w->ith);
@@ -364,8 +399,12 @@ void le_ctx_free(le_ctx *ctx) {
   if (!ctx) return;
   if (ctx->profile) {
     if (ctx->n_computes)
-      fprintf(stderr, "le_profile: %.1f barriers between nodes per compute (%lld computes)\n",
-              (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes);
+      fprintf(stderr,
+              "le_profile: %.1f barriers between nodes per compute (%lld computes), "
+              "%.2f sleeps and %.1f us of checks and barrier planning per compute\n",
+              (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes,
+              (double)atomic_load(&ctx->n_sleeps) / (double)ctx->n_computes,
+              ctx->setup_ns / 1e3 / (double)ctx->n_computes);
     double tot = 0;
     for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
     for (int i = 0; i < LE_OP_COUNT; i++)
@@ -414,6 +453,7 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
     le_set_error("le_graph_compute: null context or node array");
     return -1;
   }
+  const double t_setup = ctx->profile ? le_now_ns() : 0;
   int expected = 0;
   if (!atomic_compare_exchange_strong(&ctx->busy, &expected, 1)) {
     le_set_error("le_graph_compute: context is already computing");
@@ -454,6 +494,7 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   }
   if (n_nodes > 0) memset(ctx->chunks, 0, (size_t)n_nodes * sizeof(le_chunk));
   plan_barriers(ctx, nodes, n_nodes);
+  if (ctx->profile) ctx->setup_ns += le_now_ns() - t_setup;
   if (ctx->profile > 1 && ctx->n_computes == 1) { /* the barrier plan: "|" barrier, "s" solo */
     for (int i = 0; i < n_nodes; i++)
       fprintf(stderr, "%s%s%d", ctx->sync[i] & LE_SYNC_BEFORE ? " |" : " ",

@@ -26,7 +26,22 @@ export interface CpuBackendOptions {
   threads?: number;
   /** An opened library (default: loaded on demand). */
   library?: NativeLibrary;
+  /**
+   * A node array whose last run took at most this many milliseconds runs
+   * synchronously on the caller's thread (default 3; 0: never). Handing a
+   * short graph to another thread and waking the event loop when it ends
+   * costs more than a decode step of a small model; a few milliseconds of
+   * blocked event loop cost nothing. See {@link CpuBackend.compute}.
+   */
+  syncBelowMs?: number;
 }
+
+/** Default of {@link CpuBackendOptions.syncBelowMs}. */
+export const SYNC_BELOW_MS = 3;
+// Synchronous runs in a row at most this long (ms) before one runs on
+// another thread, so the event loop (I/O, timers, abort signals) gets a
+// turn: awaiting resolved promises never yields to it.
+const SYNC_SLICE_MS = 16;
 
 /**
  * A buffer allocated natively by the CPU backend: host memory, so set, get
@@ -79,6 +94,8 @@ interface Program {
   readonly view: DataView;
   /** The node object encoded in each slot (undefined: slot to be encoded). */
   readonly encoded: (ExecNode | undefined)[];
+  /** Milliseconds its last run took (Infinity: not run yet). */
+  lastMs: number;
 }
 
 /** Raised when a disposed CPU backend is used. */
@@ -137,6 +154,12 @@ export class CpuBackend implements Backend {
   #running = 0;
   #closed = false;
   #queue: Promise<void> = Promise.resolve();
+  // Computes queued or running (the queue is idle at 0).
+  #pending = 0;
+  readonly #syncBelowMs: number;
+  // Milliseconds run synchronously since the last asynchronous run.
+  #syncRun = 0;
+  #lastSync = false;
   readonly #addr = new WeakMap<BackendBuffer, number>();
 
   /** Opens (and if needed builds) the library, then creates the backend. */
@@ -153,10 +176,18 @@ export class CpuBackend implements Backend {
       throw new RangeError(`threads ${t} outside 1..${MAX_THREADS}`);
     }
     this.threads = t;
+    const sync = options.syncBelowMs ?? SYNC_BELOW_MS;
+    if (!(sync >= 0)) throw new RangeError(`syncBelowMs ${sync} is not a number >= 0`);
+    this.#syncBelowMs = sync;
     const ctx = lib.symbols.le_ctx_new(t);
     if (ctx === null) throw new NativeComputeError(`le_ctx_new: ${lib.lastError()}`);
     this.#s = { lib, ctx, buffers: new Set(), programs: [] };
     forgotten.register(this, this.#s, this);
+  }
+
+  /** Whether the last {@link compute} ran on the caller's thread (see syncBelowMs). */
+  get lastComputeSync(): boolean {
+    return this.#lastSync;
   }
 
   /** Whether a compute is in flight. */
@@ -283,7 +314,7 @@ export class CpuBackend implements Backend {
     if (ptr === null) throw new RangeError(`command buffer: ${this.#s.lib.lastError()}`);
     const bytes = nativeBytes(ptr, cap * NODE_BYTES);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    return { key: nodes, ptr, cap, view, encoded: [] };
+    return { key: nodes, ptr, cap, view, encoded: [], lastMs: Infinity };
   }
 
   #dropProgram(k: number): void {
@@ -308,17 +339,36 @@ export class CpuBackend implements Backend {
   }
 
   /**
-   * Runs the nodes with one nonblocking FFI call (the event loop stays free).
-   * Calls on one backend are queued, as they share the command buffer. When
-   * `signal` aborts, the kernels stop at their next node or row chunk and
-   * the promise rejects with the signal's reason.
+   * Runs the nodes with one FFI call. A node array whose last run took more
+   * than `syncBelowMs` (or that never ran) runs on another thread with a
+   * nonblocking call, so the event loop stays free; when `signal` aborts,
+   * the kernels stop at their next node or row chunk and the promise
+   * rejects with the signal's reason. A shorter one runs on this thread
+   * (a decode step of a small model: the thread hop would cost a good part
+   * of the step), and every `SYNC_SLICE_MS` of such runs one goes to
+   * another thread so that the event loop gets its turn. Calls on one
+   * backend are queued, as they share the command buffer.
    */
   compute(nodes: readonly ExecNode[], signal?: AbortSignal): Promise<void> {
+    if (this.#pending === 0 && !this.#closed && nodes.length > 0 && !signal?.aborted) {
+      const prog = this.#programFor(nodes);
+      if (prog && prog.lastMs <= this.#syncBelowMs && this.#syncRun < SYNC_SLICE_MS) {
+        try {
+          this.#lastSync = true;
+          this.#runSync(nodes);
+          return Promise.resolve();
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      }
+    }
     const run = async () => {
       if (this.#closed) throw new BackendDisposedError();
       signal?.throwIfAborted();
       if (nodes.length === 0) return;
+      this.#lastSync = false;
       const cmd = this.#encode(nodes);
+      const prog = this.#s.programs[0];
       const s = this.#s, sym = s.lib.symbols;
       // Cleared here, on the thread that also sets it, before the call
       // starts: an abort from now on cannot be lost.
@@ -328,7 +378,9 @@ export class CpuBackend implements Backend {
       };
       signal?.addEventListener("abort", onAbort);
       this.#running++;
+      this.#syncRun = 0;
       let rc = 0, msg = "";
+      const t0 = performance.now();
       try {
         rc = await sym.le_graph_compute(s.ctx, cmd, nodes.length);
         if (rc !== 0) msg = cString(sym.le_ctx_error(s.ctx));
@@ -337,15 +389,43 @@ export class CpuBackend implements Backend {
         this.#running--;
         if (this.#closed && this.#running === 0) this.#release();
       }
+      // The wall time of a completed call, wake-ups and event loop delay
+      // included: an overestimate, so a graph runs synchronously only when
+      // surely short (a cancelled one says nothing of its length).
+      if (rc === 0) prog.lastMs = performance.now() - t0;
       if (rc === LE_CANCELLED) {
         if (signal?.aborted) throw signal.reason;
         throw new BackendDisposedError("CpuBackend disposed while computing");
       }
       if (rc !== 0) throw new NativeComputeError(`le_graph_compute failed (${rc}): ${msg}`);
     };
+    this.#pending++;
     const p = this.#queue.then(run, run);
-    this.#queue = p.then(() => {}, () => {});
+    const done = () => {
+      this.#pending--;
+    };
+    this.#queue = p.then(done, done);
     return p;
+  }
+
+  // The cached program of `nodes` if it still encodes that array (no encoding).
+  #programFor(nodes: readonly ExecNode[]): Program | undefined {
+    const p = this.#s.programs[0];
+    return p?.key === nodes ? p : this.#s.programs.find((q) => q.key === nodes);
+  }
+
+  // One synchronous run (the queue is idle, so no other compute uses the buffers).
+  #runSync(nodes: readonly ExecNode[]): void {
+    const cmd = this.#encode(nodes);
+    const prog = this.#s.programs[0];
+    const sym = this.#s.lib.symbols;
+    sym.le_ctx_cancel(this.#s.ctx, 0);
+    const t0 = performance.now();
+    const rc = sym.le_graph_compute_sync(this.#s.ctx, cmd, nodes.length);
+    const ms = performance.now() - t0;
+    this.#syncRun += ms;
+    this.#check(rc);
+    prog.lastMs = ms;
   }
 
   /** Runs the nodes synchronously on this thread's caller (small graphs, tests). */
@@ -354,9 +434,7 @@ export class CpuBackend implements Backend {
     if (nodes.length === 0) return;
     // Encoding could evict the command buffer an asynchronous compute is reading.
     if (this.#running) throw new Error("computeSync: an asynchronous compute is running");
-    const cmd = this.#encode(nodes);
-    this.#s.lib.symbols.le_ctx_cancel(this.#s.ctx, 0);
-    this.#check(this.#s.lib.symbols.le_graph_compute_sync(this.#s.ctx, cmd, nodes.length));
+    this.#runSync(nodes);
   }
 
   #release(): void {

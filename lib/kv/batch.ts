@@ -140,23 +140,51 @@ export class BatchSplitter {
     } else if (o.outputAll) output.fill(1);
     else output[n - 1] = 1;
 
+    // Each token in one sequence at the positions that continue the memory
+    // (a decode step): continuous, increasing, uncoupled by construction,
+    // so the checks below cannot fail.
+    const simple = !b.pos && seqId.every((ss) => ss.length === 1);
+    if (!simple) this.#check(seqId, pos, o.memory);
+    this.#n = n;
+    this.#token = b.token ? Int32Array.from(b.token) : null;
+    this.#embd = b.token ? null : b.embd ?? null;
+    this.#nEmbd = o.nEmbd ?? 0;
+    this.#pos = pos;
+    this.#seqId = seqId;
+    this.#output = output;
+    this.#nSeqMax = nSeqMax;
+    let nOut = 0;
+    for (let i = 0; i < n; i++) nOut += output[i];
+    this.#nOutputs = nOut;
+    this.#hasCoupled = !simple && seqId.some((ss) => ss.length > 1);
+    this.#seqSet = seqId.map((ss) =>
+      ss.length === 1 ? String(ss[0]) : [...new Set(ss)].sort((a, b) => a - b).join(",")
+    );
+    this.#seqSetMap = new Map();
+    this.#seqSet.forEach((k, i) => {
+      const a = this.#seqSetMap.get(k);
+      if (a) a.push(i);
+      else this.#seqSetMap.set(k, [i]);
+    });
+    this.splitReset();
+  }
+
+  // llama_batch_allocr::init's checks of positions and sequence sets.
+  #check(seqId: number[][], pos: Int32Array, memory: SeqPositions | undefined): void {
+    const n = seqId.length;
     // positions of each sequence must continue the memory and be gap-free
     const seqPos = new Map<number, Set<number>>();
-    let coupled = false;
     const cpl = new Set<string>();
     for (let i = 0; i < n; i++) {
       seqId[i].forEach((s, j) => {
         if (!seqPos.has(s)) seqPos.set(s, new Set());
         seqPos.get(s)!.add(pos[i]);
-        if (j > 0) {
-          coupled = true;
-          cpl.add(`${s},${seqId[i][0]}`);
-        }
+        if (j > 0) cpl.add(`${s},${seqId[i][0]}`);
       });
     }
     for (const [s, ps] of seqPos) {
       const min = Math.min(...ps), max = Math.max(...ps);
-      const last = o.memory ? o.memory.seqPosMax(s) : -1;
+      const last = memory ? memory.seqPosMax(s) : -1;
       if (last >= 0 && min !== last + 1) {
         throw new KvError(
           `batch: sequence ${s} starts at ${min} but the memory ends at ${last} (need ${last + 1})`,
@@ -166,10 +194,10 @@ export class BatchSplitter {
         throw new KvError(`batch: sequence ${s} positions are not continuous`);
       }
     }
-    if (o.memory) {
+    if (memory) {
       for (const k of cpl) {
         const [s0, s1] = k.split(",").map(Number);
-        const m = o.memory;
+        const m = memory;
         if (m.seqPosMin(s0) !== m.seqPosMin(s1) || m.seqPosMax(s0) !== m.seqPosMax(s1)) {
           throw new KvError(`batch: sequence ${s0} is coupled to ${s1} but they have diverged`);
         }
@@ -192,25 +220,6 @@ export class BatchSplitter {
         curPos.set(s, pos[i]);
       }
     }
-
-    this.#n = n;
-    this.#token = b.token ? Int32Array.from(b.token) : null;
-    this.#embd = b.token ? null : b.embd ?? null;
-    this.#nEmbd = o.nEmbd ?? 0;
-    this.#pos = pos;
-    this.#seqId = seqId;
-    this.#output = output;
-    this.#nSeqMax = nSeqMax;
-    this.#nOutputs = output.reduce((a, x) => a + x, 0);
-    this.#hasCoupled = coupled;
-    this.#seqSet = seqId.map((ss) => [...new Set(ss)].sort((a, b) => a - b).join(","));
-    this.#seqSetMap = new Map();
-    this.#seqSet.forEach((k, i) => {
-      const a = this.#seqSetMap.get(k);
-      if (a) a.push(i);
-      else this.#seqSetMap.set(k, [i]);
-    });
-    this.splitReset();
   }
 
   /** Tokens in the batch. */

@@ -348,13 +348,17 @@ export class KvCache implements Disposable {
     const undo: SlotUndo[] = [];
     const out: SlotInfo[] = [];
     let ok = true;
-    for (const ub of ubatches) {
+    for (let k = 0; k < ubatches.length; k++) {
+      const ub = ubatches[k];
       const s = this.findSlot(ub);
       if (!s) {
         ok = false;
         break;
       }
       out.push(s);
+      // The last slot is placed for no later search to see (a decode step
+      // has one ubatch: nothing to place and undo).
+      if (k === ubatches.length - 1) break;
       undo.push(this.saveSlot(s));
       this.applyUbatch(s, ub);
     }

@@ -67,3 +67,90 @@ export function fillKqMask(
     }
   }
 }
+
+/**
+ * The KQ mask of one-token steps, kept between steps: the rows of a step
+ * differ from the last one's only at cells that changed since (the cell the
+ * last token went to, cells removed or shifted), so those are the cells
+ * rewritten, not the whole window. Anything else (several tokens, another
+ * window width or sequence, a sliding window, changes no longer logged)
+ * fills the whole mask as {@link fillKqMask} does; the values are the same
+ * either way.
+ */
+export class KqMask {
+  #out: Float32Array | Uint16Array = new Float32Array(0);
+  #cells: KvCells | null = null;
+  // What the buffer holds: the mask of a one-token step of sequence #seq at
+  // position #pos over #nKv cells as they were at #epoch, when the
+  // sequence's highest position was #seqMax. #nKv -1: nothing reusable.
+  #nKv = -1;
+  #seq = -1;
+  #pos = -1;
+  #seqMax = -1;
+  #epoch = -1;
+  #written = 0;
+
+  /** Mask values the last {@link fill} wrote (all of them, or the changed cells'). */
+  get lastWritten(): number {
+    return this.#written;
+  }
+
+  /** Forget the kept mask (the next {@link fill} writes every value). */
+  reset(): void {
+    this.#nKv = -1;
+  }
+
+  /**
+   * The mask of `ub` over the first nKv cells of `c` (causal, no ALiBi),
+   * F16 bits with `half`; the array is reused by the next call.
+   */
+  fill(
+    c: KvCells,
+    window: MaskWindow,
+    ub: Ubatch,
+    nKv: number,
+    half: boolean,
+  ): Float32Array | Uint16Array {
+    const n = nKv * ub.nTokens;
+    if (this.#out.length !== n || (this.#out instanceof Uint16Array) !== half) {
+      this.#out = half ? new Uint16Array(n) : new Float32Array(n);
+      this.#nKv = -1;
+    }
+    const out = this.#out;
+    const one = ub.nTokens === 1 && window.swaType === SwaType.NONE;
+    const s = ub.seqId[0][0], p = ub.pos[0];
+    const changed = one && this.#nKv === nKv && this.#cells === c && this.#seq === s
+      ? c.changedSince(this.#epoch)
+      : null;
+    // A cell of the sequence that did not change is visible to the new row
+    // as to the old one unless its position lies between the two rows'
+    // positions: none can, when every such position was at most the old
+    // row's then and is at most the new row's now.
+    if (changed && this.#seqMax <= this.#pos && c.seqPosMax(s) <= p) {
+      const drop = half ? 0xfc00 : -Infinity;
+      let w = 0;
+      for (let k = 0; k < changed.length; k++) {
+        const j = changed[k];
+        if (j >= nKv) continue;
+        const p0 = c.pos[j];
+        out[j] = p0 !== -1 && p0 <= p && c.seqHas(j, s) ? 0 : drop;
+        w++;
+      }
+      this.#written = w;
+    } else {
+      fillKqMask(c, window, ub, nKv, out);
+      this.#written = n;
+    }
+    if (one) {
+      this.#cells = c;
+      this.#nKv = nKv;
+      this.#seq = s;
+      this.#pos = p;
+      this.#seqMax = c.seqPosMax(s);
+      this.#epoch = c.epoch;
+    } else {
+      this.#nKv = -1;
+    }
+    return out;
+  }
+}

@@ -12,6 +12,7 @@ import { GGMLType } from "../ggml/types.ts";
 import { type Batch, BatchSplitter, type Ubatch } from "../kv/batch.ts";
 import type { KvCache, SlotInfo, SlotUndo } from "../kv/cache.ts";
 import { KvError } from "../kv/cells.ts";
+import { KqMask } from "../kv/mask.ts";
 import type { RecurrentMemory } from "../kv/recurrent.ts";
 import type { ArchGraph } from "../model/arch/types.ts";
 import type { Model } from "../model/model.ts";
@@ -69,6 +70,9 @@ export class Decoder {
   readonly #closer: AbortSignal;
   readonly #isOpen: () => boolean;
   #splitter = new BatchSplitter();
+  // The KQ mask, kept between steps (a one-token step rewrites only changed cells).
+  readonly #kqMask = new KqMask();
+  // The mask of architectures without a cache (whole input, rebuilt per call).
   #mask: Float32Array | Uint16Array = new Float32Array(0);
   // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
   #last: { key: string; g: Graph; io: ArchGraph } | null = null;
@@ -323,14 +327,18 @@ export class Decoder {
     } else {
       // F16 bits for flash attention's mask.
       const half = io.mask.type === GGMLType.F16;
-      if (this.#mask.length !== nKv * ub.nTokens || (this.#mask instanceof Uint16Array) !== half) {
-        this.#mask = half ? new Uint16Array(nKv * ub.nTokens) : new Float32Array(nKv * ub.nTokens);
+      if (kv) {
+        sched.setInput(io.mask, this.#kqMask.fill(kv.cells, kv, ub, nKv, half));
+      } else {
+        const n = nKv * ub.nTokens;
+        if (this.#mask.length !== n || (this.#mask instanceof Uint16Array) !== half) {
+          this.#mask = half ? new Uint16Array(n) : new Float32Array(n);
+        }
+        // Without a cache, non-causal whatever attention.causal says: llama.cpp's
+        // encode (which llama_decode runs for such models) always is.
+        encoderMask(ub, false, this.#mask);
+        sched.setInput(io.mask, this.#mask);
       }
-      // Without a cache, non-causal whatever attention.causal says: llama.cpp's
-      // encode (which llama_decode runs for such models) always is.
-      if (kv) kv.fillMask(ub, nKv, this.#mask);
-      else encoderMask(ub, false, this.#mask);
-      sched.setInput(io.mask, this.#mask);
     }
     if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
     await sched.compute(signal);

@@ -1,0 +1,67 @@
+// CpuBackend runs a node array synchronously once a run of it was short
+// (syncBelowMs), hands one run to another thread every 16 ms of such runs
+// so the event loop gets a turn, and never runs synchronously what it has
+// not seen complete. Results are the same either way.
+import assert from "node:assert/strict";
+import { loadLibrary } from "../ffi/library.ts";
+import { CpuBackend } from "../lib/backend/cpu.ts";
+import type { ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
+import { Op } from "../lib/graph/ops.ts";
+
+const lib = await loadLibrary();
+
+// dst = a + b over 64 floats in one buffer: [a | b | dst].
+function addNodes(cpu: CpuBackend): { nodes: ExecNode[]; bytes: Uint8Array } {
+  const buf = cpu.alloc(3 * 256);
+  const t = (k: number): ResolvedTensor => ({
+    type: GGMLType.F32,
+    ne: [64, 1, 1, 1],
+    nb: [4, 256, 256, 256],
+    data: { buffer: buf, offset: 256 * k },
+  });
+  const f = new Float32Array(buf.bytes.buffer, buf.bytes.byteOffset, 192);
+  for (let i = 0; i < 64; i++) [f[i], f[64 + i]] = [i, 1000 * i];
+  return {
+    nodes: [{ op: Op.ADD, dst: t(2), src: [t(0), t(1)], params: new Int32Array(16) }],
+    bytes: buf.bytes,
+  };
+}
+
+function sums(bytes: Uint8Array): number[] {
+  return Array.from(new Float32Array(bytes.buffer, bytes.byteOffset + 512, 64));
+}
+
+Deno.test("cpu: a short graph runs synchronously after its first run, yielding every 16 ms", async () => {
+  // A generous bound: a loaded machine's first run may take milliseconds.
+  using cpu = new CpuBackend({ threads: 2, library: lib, syncBelowMs: 1000 });
+  const { nodes, bytes } = addNodes(cpu);
+  await cpu.compute(nodes);
+  assert.equal(cpu.lastComputeSync, false, "never run before: another thread");
+  assert.deepEqual(sums(bytes), Array.from({ length: 64 }, (_, i) => 1001 * i));
+  new Float32Array(bytes.buffer, bytes.byteOffset + 512, 64).fill(0);
+  const p = cpu.compute(nodes);
+  assert.equal(cpu.lastComputeSync, true, "short: on this thread");
+  assert.deepEqual(sums(bytes), Array.from({ length: 64 }, (_, i) => 1001 * i), "done on return");
+  await p;
+  // Runs of a few microseconds: one of them goes to another thread within
+  // 16 ms (and a bit) of synchronous work.
+  const t0 = performance.now();
+  let asyncSeen = false;
+  while (!asyncSeen && performance.now() - t0 < 2000) {
+    await cpu.compute(nodes);
+    asyncSeen = !cpu.lastComputeSync;
+  }
+  assert.ok(asyncSeen, "an asynchronous run came within the slice");
+  assert.ok(performance.now() - t0 < 1000, "and not long after it");
+});
+
+Deno.test("cpu: syncBelowMs 0 never runs on the caller's thread", async () => {
+  using cpu = new CpuBackend({ threads: 1, library: lib, syncBelowMs: 0 });
+  const { nodes } = addNodes(cpu);
+  for (let i = 0; i < 5; i++) {
+    await cpu.compute(nodes);
+    assert.equal(cpu.lastComputeSync, false);
+  }
+  assert.throws(() => new CpuBackend({ library: lib, syncBelowMs: -1 }), RangeError);
+});
