@@ -14,6 +14,10 @@
  * deterministic, so who converts a row never changes a value. */
 #define LE_MM_PRIVATE_MAX 4096
 
+/* Whether mul_mat widens src1 to f32 (rounded through f16) for the AVX2
+ * F16 panel kernel (mul_mat.c). */
+int le_mm_widen(const le_node *n);
+
 /* Bytes of scratch src1 converted to the vec_dot type takes (from the
  * scratch start), 0 when mul_mat reads src1 in place. */
 static inline size_t le_mm_src1_bytes(const le_node *n) {
@@ -21,7 +25,8 @@ static inline size_t le_mm_src1_bytes(const le_node *n) {
   const le_type_traits *vt = t ? le_traits(t->vec_dot_type) : NULL;
   const le_tensor *b = &n->src[1];
   if (!vt || (vt->type == LE_TYPE_F32 && b->nb[0] == 4)) return 0;
-  return le_row_size(vt, b->ne[0]) * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]);
+  const size_t row = le_mm_widen(n) ? (size_t)b->ne[0] * 4 : le_row_size(vt, b->ne[0]);
+  return row * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]);
 }
 
 /* Bytes of scratch (a multiple of 64) each thread takes to convert all of

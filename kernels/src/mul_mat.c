@@ -40,20 +40,34 @@ static int contiguous(const le_tensor *t, size_t esize) {
  * llamafile_sgemm and tinyBLAS accepts: N >= 2, K % KN == 0 (16 on
  * AVX-512, 8 on AVX2), M % 4 == 0, and for F32 a contiguous src1 (F16
  * converts src1 first, so any layout). */
-static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
+/* Whether this node takes the tinyBLAS path for F32/F16 weights (N >= 2,
+ * K % KN == 0, M % 4 == 0, an F32 src1 contiguous, as llama.cpp). */
+static int tinyblas_float(const le_node *n, const le_type_traits *t) {
   const le_tensor *a = &n->src[0], *b = &n->src[1];
+  if (t->type != LE_TYPE_F32 && t->type != LE_TYPE_F16) return 0;
+  const int kn = le_tinyblas_kn();
+  return kn && b->ne[1] >= 2 && a->ne[0] % kn == 0 && a->ne[1] % 4 == 0 &&
+         (t->type == LE_TYPE_F16 || contiguous(b, 4)) && n->dst.nb[1] % 4 == 0;
+}
+
+/* AVX2 F16 weights on the tinyBLAS path: src1 is widened to f32 in the
+ * scratch (through f16, as ggml rounds it) for le_sgemm8_panel. */
+int le_mm_widen(const le_node *n) {
+  const le_type_traits *t = le_traits(n->src[0].type);
+  return t && t->type == LE_TYPE_F16 && le_simd() == LE_SIMD_AVX2 && !t->gemm[le_simd()] &&
+         tinyblas_float(n, t);
+}
+
+static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
+  const le_tensor *a = &n->src[0];
   /* A type's own tiles are llama.cpp's repacked kernels, and llama.cpp
    * repacks only 2-D weights whose ne1 is a multiple of 8; other weights of
    * those types run its plain vec_dot, so ours must too. */
   const le_gemm_tiles *own = t->gemm[le_simd()];
   if (own && a->ne[1] % 8 == 0 && a->ne[2] == 1 && a->ne[3] == 1) return own;
   if (own) return NULL;
-  if (t->type == LE_TYPE_F32 || t->type == LE_TYPE_F16) {
-    const int kn = le_tinyblas_kn();
-    const int ok = kn && b->ne[1] >= 2 && a->ne[0] % kn == 0 && a->ne[1] % 4 == 0 &&
-                   (t->type == LE_TYPE_F16 || contiguous(b, 4));
-    return ok ? le_gemm_x86(t->type, 1) : NULL;
-  }
+  if (t->type == LE_TYPE_F32 || t->type == LE_TYPE_F16)
+    return tinyblas_float(n, t) ? le_gemm_x86(t->type, 1) : NULL;
   return le_gemm_x86(t->type, 0);
 }
 
@@ -116,10 +130,19 @@ int le_mul_mat_check(const le_node *n) {
 }
 
 size_t le_mul_mat_wsize(const le_node *n) {
-  const le_type_traits *vt = le_traits(le_traits(n->src[0].type)->vec_dot_type);
-  if (src1_direct(n, vt)) return 0;
-  const le_tensor *b = &n->src[1];
-  return le_row_size(vt, b->ne[0]) * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]) + 64;
+  const size_t bytes = le_mm_src1_bytes(n);
+  return bytes ? bytes + 64 : 0;
+}
+
+/* src1 row x (K f32) to f32 values rounded through the vec_dot type f16:
+ * the very values the f16 path would widen. */
+static void widen_row(const le_type_traits *vt, const float *x, float *y, int64_t K) {
+  uint16_t h[256];
+  for (int64_t i = 0; i < K; i += 256) {
+    const int64_t m = LE_MIN(256, K - i);
+    vt->from_float_act(x + i, h, m);
+    le_fp16_to_fp32_row(h, y + i, m);
+  }
 }
 
 void le_mul_mat(const le_node *n, const le_compute_params *p) {
@@ -131,7 +154,8 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   const int64_t ne11 = b->ne[1], ne12 = b->ne[2], ne13 = b->ne[3];
   const int64_t r2 = ne12 / a->ne[2], r3 = ne13 / a->ne[3];
   const int direct = src1_direct(n, vt);
-  const size_t vrow = le_row_size(vt, K);
+  const int widen = le_mm_widen(n);
+  const size_t vrow = widen ? (size_t)K * 4 : le_row_size(vt, K);
   /* A small src1 is converted whole by every thread into its own part of
    * the scratch (see le_sched.h): no barrier, and threads.c may let this
    * node start while others still finish the previous one. */
@@ -146,13 +170,21 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       const int64_t i13 = r / (ne12 * ne11), i12 = (r / ne11) % ne12, i11 = r % ne11;
       const float *src = (const float *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] +
                                          i12 * b->nb[2] + i13 * b->nb[3]);
-      vt->from_float_act(src, wdata + (size_t)r * vrow, K);
+      if (widen) widen_row(vt, src, (float *)(void *)(wdata + (size_t)r * vrow), K);
+      else vt->from_float_act(src, wdata + (size_t)r * vrow, K);
     }
     if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
   }
 
-  const le_gemm_tiles *gt = d->nb[1] % 4 ? NULL : tiles_for(n, t);
-  const int64_t nrb = (M + BLK_ROWS - 1) / BLK_ROWS;
+  /* F32 weights on the tinyBLAS path read src1 in place (contiguous). */
+  const int panel = le_simd() == LE_SIMD_AVX2 && (widen || (direct && tinyblas_float(n, t) &&
+                                                            !t->gemm[le_simd()]));
+  const le_gemm_tiles *gt = panel || d->nb[1] % 4 ? NULL : tiles_for(n, t);
+#ifndef PANEL_ROWS
+#define PANEL_ROWS 48
+#endif
+  const int64_t blk_rows = panel ? PANEL_ROWS : BLK_ROWS;
+  const int64_t nrb = (M + blk_rows - 1) / blk_rows;
   const int64_t units = nrb * ne12 * ne13;
   /* Units are handed out dynamically: a thread that another process
    * preempts does not hold the others up at the barrier. */
@@ -160,7 +192,18 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     const int64_t plane = u / nrb, rb = u % nrb;
     const int64_t i12 = plane % ne12, i13 = plane / ne12;
     const char *arow = (const char *)(uintptr_t)a->data + (i12 / r2) * a->nb[2] + (i13 / r3) * a->nb[3];
-    const int64_t ir0 = rb * BLK_ROWS, ir1 = LE_MIN(ir0 + BLK_ROWS, M);
+    const int64_t ir0 = rb * blk_rows, ir1 = LE_MIN(ir0 + blk_rows, M);
+    if (panel) {
+      const char *ybase = direct
+          ? (const char *)(uintptr_t)b->data + i12 * b->nb[2] + i13 * b->nb[3]
+          : (const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11) * vrow;
+      float *dbase = (float *)((char *)(uintptr_t)d->data + i12 * d->nb[2] + i13 * d->nb[3]);
+      le_sgemm8_panel(t->type == LE_TYPE_F16, K, arow + ir0 * a->nb[1], (size_t)a->nb[1],
+                      ir1 - ir0, (const float *)(const void *)ybase,
+                      (direct ? (size_t)b->nb[1] : vrow) / 4, ne11, dbase + ir0,
+                      (size_t)d->nb[1] / 4);
+      continue;
+    }
     if (gt) {
       const char *ybase = direct
           ? (const char *)(uintptr_t)b->data + i12 * b->nb[2] + i13 * b->nb[3]

@@ -1,0 +1,133 @@
+/* F16 and F32 weights times several f32 columns on AVX2 hosts, in
+ * llamafile's tinyBLAS<8, __m256> order (what llama.cpp's haswell variant
+ * runs for N >= 2): per output one 8-lane accumulator,
+ * acc = fma(a[l..l+8], b[l..l+8], acc) for l in steps of 8, then sgemm.cpp's
+ * hsum (high + low half, + movehl, + movehdup). Same arithmetic as
+ * gemm_x86.c's tile_float8; only the schedule differs, which no output can
+ * see (every output is one chain, computed wherever it sits).
+ *
+ * What the schedule is for: a decode step of several sequences (N = 2..16)
+ * must stream each weight row from memory once and spend as little as
+ * possible besides the FMAs. mul_mat gives the columns already widened to
+ * f32 (f16-rounded for F16 weights, so widening is exact), so only the
+ * weights need converting, once per row per column group:
+ * - K <= 1024: one row against up to 8 columns (8 accumulators, one weight
+ *   load and conversion per 8 FMAs; the 8 columns stay in L1);
+ * - longer rows: two rows against up to 4 columns (the columns no longer
+ *   fit L1, so each column vector loaded serves two rows).
+ * Column groups run over all rows of the block in turn, so a block's rows
+ * come from memory once (the first group) and from L1/L2 after. The first
+ * group prefetches the weights a few KiB ahead: this VM's hardware
+ * prefetcher stops at 4 KiB pages. */
+#include "le_internal.h"
+
+#if defined(LE_X86)
+
+/* Bytes of weights fetched ahead of the rows being read. */
+#ifndef SG_PF_AHEAD
+#define SG_PF_AHEAD 4096
+#endif
+/* Longest row whose 8 widened columns (8 * 4 * K bytes) stay in L1. */
+#ifndef SG_NARROW_K
+#define SG_NARROW_K 1024
+#endif
+
+LE_TARGET_AVX2 static inline float sg_hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+LE_TARGET_AVX2 static inline __m256 sg_load_x(const int F16, const char *p, int64_t l) {
+  if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + l)));
+  return _mm256_loadu_ps((const float *)p + l);
+}
+
+/* RM rows (bx bytes apart) x RN columns (by floats apart) into
+ * s[c * bs + r]; pf: prefetch the rows SG_PF_AHEAD bytes ahead. */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+sg_tile(const int F16, const int RM, const int RN, int64_t n, float *s, size_t bs, const char *x,
+        size_t bx, const float *y, size_t by, int pf) {
+  __m256 acc[3][8];
+#pragma GCC unroll 3
+  for (int r = 0; r < RM; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+  const int64_t step_line = F16 ? 32 : 16; /* elements per 64-byte line */
+  for (int64_t l = 0; l < n; l += 8) {
+    if (pf && (l & (step_line - 1)) == 0) {
+#pragma GCC unroll 3
+      for (int r = 0; r < RM; r++)
+        _mm_prefetch(x + r * bx + l * (F16 ? 2 : 4) + SG_PF_AHEAD, _MM_HINT_T0);
+    }
+    __m256 a[3];
+#pragma GCC unroll 3
+    for (int r = 0; r < RM; r++) a[r] = sg_load_x(F16, x + r * bx, l);
+#pragma GCC unroll 8
+    for (int c = 0; c < RN; c++) {
+      const __m256 b = _mm256_loadu_ps(y + c * by + l);
+#pragma GCC unroll 3
+      for (int r = 0; r < RM; r++) acc[r][c] = _mm256_fmadd_ps(a[r], b, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 3
+  for (int r = 0; r < RM; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < RN; c++) s[c * bs + r] = sg_hsum8(acc[r][c]);
+}
+
+typedef void (*sg_fn)(int64_t n, float *s, size_t bs, const char *x, size_t bx, const float *y,
+                      size_t by, int pf);
+
+#define SG_FN(F16, RM, RN)                                                                    \
+  LE_TARGET_AVX2 static void sg_##F16##_##RM##x##RN(int64_t n, float *s, size_t bs,            \
+                                                    const char *x, size_t bx, const float *y, \
+                                                    size_t by, int pf) {                      \
+    sg_tile(F16, RM, RN, n, s, bs, x, bx, y, by, pf);                                         \
+  }
+#define SG_SET(F16)                                                                         \
+  SG_FN(F16, 1, 1) SG_FN(F16, 1, 2) SG_FN(F16, 1, 3) SG_FN(F16, 1, 4) SG_FN(F16, 1, 5)      \
+  SG_FN(F16, 1, 6) SG_FN(F16, 1, 7) SG_FN(F16, 1, 8) SG_FN(F16, 3, 1) SG_FN(F16, 3, 2)      \
+  SG_FN(F16, 3, 3) SG_FN(F16, 3, 4)                                                         \
+  static const sg_fn sg_one_##F16[9] = {NULL,           sg_##F16##_1x1, sg_##F16##_1x2,      \
+                                        sg_##F16##_1x3, sg_##F16##_1x4, sg_##F16##_1x5,      \
+                                        sg_##F16##_1x6, sg_##F16##_1x7, sg_##F16##_1x8};     \
+  static const sg_fn sg_three_##F16[5] = {NULL, sg_##F16##_3x1, sg_##F16##_3x2,             \
+                                          sg_##F16##_3x3, sg_##F16##_3x4};
+SG_SET(0)
+SG_SET(1)
+
+void le_sgemm8_panel(int f16, int64_t K, const void *vx, size_t bx, int64_t nr, const float *y,
+                     size_t by, int64_t nc, float *s, size_t bs) {
+  const char *x = vx;
+  const sg_fn *one = f16 ? sg_one_1 : sg_one_0, *three = f16 ? sg_three_1 : sg_three_0;
+  for (int64_t c = 0; c < nc;) {
+    const int64_t left = nc - c;
+    if (K <= SG_NARROW_K && left >= 5) {
+      /* one row against 5..8 columns: 5..8 accumulator chains */
+      const int rn = (int)LE_MIN(8, left);
+      for (int64_t r = 0; r < nr; r++)
+        one[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, c == 0);
+      c += rn;
+      continue;
+    }
+    /* three rows against up to 4 columns: each column load serves three
+     * rows, and 3 to 12 chains; the rows left over one by one */
+    const int rn = (int)LE_MIN(4, left);
+    int64_t r = 0;
+    for (; r + 3 <= nr; r += 3)
+      three[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, c == 0);
+    for (; r < nr; r++) one[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, c == 0);
+    c += rn;
+  }
+}
+
+#else
+
+void le_sgemm8_panel(int f16, int64_t K, const void *vx, size_t bx, int64_t nr, const float *y,
+                     size_t by, int64_t nc, float *s, size_t bs) {
+  (void)f16, (void)K, (void)vx, (void)bx, (void)nr, (void)y, (void)by, (void)nc, (void)s, (void)bs;
+}
+
+#endif
