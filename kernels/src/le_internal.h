@@ -102,6 +102,12 @@ int le_tinyblas_kn(void);
  * floats; K % 8 == 0. */
 void le_sgemm8_panel(int f16, int64_t K, const void *x, size_t bx, int64_t nr, const float *y,
                      size_t by, int64_t nc, float *s, size_t bs);
+/* AVX2 Q8_0 weights in ggml's AVX2 q8_0 dot order (sgemm_avx2.c) against
+ * nc q8_0 columns laid out by mul_mat: yq the columns' codes (K bytes per
+ * column, 32-byte aligned), dyt their block scales as floats, per group of
+ * 8 columns [block][8] (K / 32 * 8 floats per group). */
+void le_q8_0_panel(int64_t K, const void *x, size_t bx, int64_t nr, const int8_t *yq,
+                   const float *dyt, int64_t nc, float *s, size_t bs);
 static inline size_t le_row_size(const le_type_traits *t, int64_t n) {
   return (size_t)(n / t->blck) * t->size;
 }

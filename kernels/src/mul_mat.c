@@ -10,8 +10,8 @@
  * weight rows stays in cache while several activation columns pass over it.
  * Each output element is one vec_dot call, so results do not depend on the
  * thread count or the blocking. */
-#include "le_internal.h"
 #include "le_sched.h"
+#include "q_common.h"
 
 #define BLK_ROWS 16
 #define BLK_COLS 8
@@ -50,12 +50,19 @@ static int tinyblas_float(const le_node *n, const le_type_traits *t) {
          (t->type == LE_TYPE_F16 || contiguous(b, 4)) && n->dst.nb[1] % 4 == 0;
 }
 
-/* AVX2 F16 weights on the tinyBLAS path: src1 is widened to f32 in the
- * scratch (through f16, as ggml rounds it) for le_sgemm8_panel. */
-int le_mm_widen(const le_node *n) {
+/* AVX2 panel kernels (sgemm_avx2.c) take these nodes: F32/F16 weights on
+ * the tinyBLAS path (F16: src1 widened to f32 in the scratch, through f16
+ * as ggml rounds it; F32: src1 read in place) and Q8_0 weights with N >= 2
+ * (src1 quantized as usual plus its block scales as floats). */
+int le_mm_panel(const le_node *n) {
   const le_type_traits *t = le_traits(n->src[0].type);
-  return t && t->type == LE_TYPE_F16 && le_simd() == LE_SIMD_AVX2 && !t->gemm[le_simd()] &&
-         tinyblas_float(n, t);
+  if (!t || le_simd() != LE_SIMD_AVX2 || t->gemm[LE_SIMD_AVX2]) return LE_MM_TILES;
+  if (t->type == LE_TYPE_F16 || t->type == LE_TYPE_F32)
+    return tinyblas_float(n, t) ? (t->type == LE_TYPE_F16 ? LE_MM_PANEL_F16 : LE_MM_PANEL_F32)
+                                : LE_MM_TILES;
+  if (t->type == LE_TYPE_Q8_0 && n->src[1].ne[1] >= 2 && n->dst.nb[1] % 4 == 0)
+    return LE_MM_PANEL_Q8_0;
+  return LE_MM_TILES;
 }
 
 static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
@@ -145,6 +152,22 @@ static void widen_row(const le_type_traits *vt, const float *x, float *y, int64_
   }
 }
 
+/* src1 row x quantized as ggml does (q8_0), split for the Q8_0 panel into
+ * its codes (yq, 32 per block) and its block scales as floats (d, 8 floats
+ * apart: the row's lane in its group of 8 columns). */
+static void q8_split_row(const le_type_traits *vt, const float *x, int8_t *yq, float *d,
+                         int64_t K) {
+  le_block_q8_0 q[8];
+  for (int64_t i = 0; i < K; i += 8 * LE_QK) {
+    const int64_t m = LE_MIN(8 * LE_QK, K - i);
+    vt->from_float_act(x + i, q, m);
+    for (int64_t j = 0; j < m / LE_QK; j++) {
+      memcpy(yq + i + j * LE_QK, q[j].qs, LE_QK);
+      d[(i / LE_QK + j) * 8] = le_fp16_to_fp32(q[j].d);
+    }
+  }
+}
+
 void le_mul_mat(const le_node *n, const le_compute_params *p) {
   const le_tensor *a = &n->src[0], *b = &n->src[1], *d = &n->dst;
   const le_type_traits *t = le_traits(a->type);
@@ -154,13 +177,16 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   const int64_t ne11 = b->ne[1], ne12 = b->ne[2], ne13 = b->ne[3];
   const int64_t r2 = ne12 / a->ne[2], r3 = ne13 / a->ne[3];
   const int direct = src1_direct(n, vt);
-  const int widen = le_mm_widen(n);
-  const size_t vrow = widen ? (size_t)K * 4 : le_row_size(vt, K);
+  const int panel = le_mm_panel(n);
+  const int widen = panel == LE_MM_PANEL_F16, q8 = panel == LE_MM_PANEL_Q8_0;
+  const size_t vrow = le_mm_src1_row(n, vt);
+  const int64_t nb = K / LE_QK, groups = (ne11 + 7) / 8; /* Q8_0 panel */
   /* A small src1 is converted whole by every thread into its own part of
    * the scratch (see le_sched.h): no barrier, and threads.c may let this
    * node start while others still finish the previous one. */
   const size_t priv = le_mm_private_bytes(n, p->nth);
   char *const wdata = (char *)p->wdata + (size_t)p->ith * priv;
+  float *const dyt = (float *)(void *)(wdata + le_mm_scales_offset(n));
 
   if (!direct) {
     const int64_t nr = ne11 * ne12 * ne13;
@@ -170,15 +196,20 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       const int64_t i13 = r / (ne12 * ne11), i12 = (r / ne11) % ne12, i11 = r % ne11;
       const float *src = (const float *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] +
                                          i12 * b->nb[2] + i13 * b->nb[3]);
-      if (widen) widen_row(vt, src, (float *)(void *)(wdata + (size_t)r * vrow), K);
-      else vt->from_float_act(src, wdata + (size_t)r * vrow, K);
+      if (widen) {
+        widen_row(vt, src, (float *)(void *)(wdata + (size_t)r * vrow), K);
+        continue;
+      }
+      if (q8) {
+        float *d = dyt + ((r / ne11 * groups + i11 / 8) * nb * 8 + i11 % 8);
+        q8_split_row(vt, src, (int8_t *)wdata + r * K, d, K);
+        continue;
+      }
+      vt->from_float_act(src, wdata + (size_t)r * vrow, K);
     }
     if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
   }
 
-  /* F32 weights on the tinyBLAS path read src1 in place (contiguous). */
-  const int panel = le_simd() == LE_SIMD_AVX2 && (widen || (direct && tinyblas_float(n, t) &&
-                                                            !t->gemm[le_simd()]));
   const le_gemm_tiles *gt = panel || d->nb[1] % 4 ? NULL : tiles_for(n, t);
 #ifndef PANEL_ROWS
 #define PANEL_ROWS 48
@@ -198,7 +229,13 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
           ? (const char *)(uintptr_t)b->data + i12 * b->nb[2] + i13 * b->nb[3]
           : (const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11) * vrow;
       float *dbase = (float *)((char *)(uintptr_t)d->data + i12 * d->nb[2] + i13 * d->nb[3]);
-      le_sgemm8_panel(t->type == LE_TYPE_F16, K, arow + ir0 * a->nb[1], (size_t)a->nb[1],
+      if (q8) {
+        le_q8_0_panel(K, arow + ir0 * a->nb[1], (size_t)a->nb[1], ir1 - ir0,
+                      (const int8_t *)ybase, dyt + plane * groups * nb * 8, ne11, dbase + ir0,
+                      (size_t)d->nb[1] / 4);
+        continue;
+      }
+      le_sgemm8_panel(panel == LE_MM_PANEL_F16, K, arow + ir0 * a->nb[1], (size_t)a->nb[1],
                       ir1 - ir0, (const float *)(const void *)ybase,
                       (direct ? (size_t)b->nb[1] : vrow) / 4, ne11, dbase + ir0,
                       (size_t)d->nb[1] / 4);

@@ -19,7 +19,7 @@
  * come from memory once (the first group) and from L1/L2 after. The first
  * group prefetches the weights a few KiB ahead: this VM's hardware
  * prefetcher stops at 4 KiB pages. */
-#include "le_internal.h"
+#include "q_common.h"
 
 #if defined(LE_X86)
 
@@ -55,11 +55,17 @@ sg_tile(const int F16, const int RM, const int RN, int64_t n, float *s, size_t b
 #pragma GCC unroll 8
     for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
   const int64_t step_line = F16 ? 32 : 16; /* elements per 64-byte line */
+#ifndef SG_PF3
+#define SG_PF3 1
+#endif
+  /* one row: a fixed distance (several rows ahead for short rows); three
+   * rows: the same place in the next three rows */
+  const size_t ahead = RM == 1 || !SG_PF3 ? SG_PF_AHEAD : (size_t)RM * bx;
   for (int64_t l = 0; l < n; l += 8) {
     if (pf && (l & (step_line - 1)) == 0) {
 #pragma GCC unroll 3
       for (int r = 0; r < RM; r++)
-        _mm_prefetch(x + r * bx + l * (F16 ? 2 : 4) + SG_PF_AHEAD, _MM_HINT_T0);
+        _mm_prefetch(x + r * bx + l * (F16 ? 2 : 4) + ahead, _MM_HINT_T0);
     }
     __m256 a[3];
 #pragma GCC unroll 3
@@ -123,11 +129,83 @@ void le_sgemm8_panel(int f16, int64_t K, const void *vx, size_t bx, int64_t nr, 
   }
 }
 
+/* Q8_0 weights times several q8_0 columns: ggml's AVX2 q8_0 dot per
+ * output (also tinyBLAS_Q0_AVX's order, llama.cpp's N >= 2 path): per
+ * block the 8 int32 lane sums of the byte products (lane l: bytes
+ * 4l..4l+3), scale d_x * d_y rounded to float, one fma into an 8-lane
+ * accumulator; hsum at the end. One weight row against up to 8 columns: the
+ * row's block is loaded and made positive once for all columns, and 8
+ * chains hide the fma latency that bounds a single dot. mul_mat lays the
+ * columns out for this (le_sched.h): their codes 32-byte aligned (no
+ * cache-line-split loads), their scales as floats transposed per group of
+ * 8 columns ([block][column]), so the 8 scale products of a block are one
+ * multiply, stored and then broadcast from L1. */
+#define Q8_CHUNK 64 /* blocks per scale-product pass */
+
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+q8_tile(const int RN, int64_t nb, float *s, size_t bs, const le_block_q8_0 *x,
+        const int8_t *yq, size_t byq, const float *dyt, int pf) {
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  float dd[Q8_CHUNK * 8] __attribute__((aligned(32)));
+  for (int64_t i0 = 0; i0 < nb; i0 += Q8_CHUNK) {
+    const int64_t i1 = LE_MIN(nb, i0 + Q8_CHUNK);
+    for (int64_t i = i0; i < i1; i++) /* lanes past RN: products never read */
+      _mm256_store_ps(dd + 8 * (i - i0),
+                      _mm256_mul_ps(_mm256_set1_ps(le_h2f(x[i].d)), _mm256_load_ps(dyt + 8 * i)));
+    for (int64_t i = i0; i < i1; i++) {
+      if (pf && (i & 1) == 0) _mm_prefetch((const char *)(x + i) + SG_PF_AHEAD, _MM_HINT_T0);
+      const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+      const __m256i ax = _mm256_sign_epi8(xq, xq);
+      const float *d = dd + 8 * (i - i0);
+#pragma GCC unroll 8
+      for (int c = 0; c < RN; c++) {
+        const __m256i y = _mm256_load_si256((const __m256i *)(yq + c * byq + i * LE_QK));
+        const __m256 sum = _mm256_cvtepi32_ps(
+            _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, xq)), ones));
+        acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + c), sum, acc[c]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < RN; c++) s[c * bs] = sg_hsum8(acc[c]);
+}
+
+typedef void (*q8_fn)(int64_t nb, float *s, size_t bs, const le_block_q8_0 *x, const int8_t *yq,
+                      size_t byq, const float *dyt, int pf);
+#define Q8_FN(RN)                                                                              \
+  LE_TARGET_AVX2 static void q8_1x##RN(int64_t nb, float *s, size_t bs, const le_block_q8_0 *x, \
+                                       const int8_t *yq, size_t byq, const float *dyt, int pf) { \
+    q8_tile(RN, nb, s, bs, x, yq, byq, dyt, pf);                                                \
+  }
+Q8_FN(1) Q8_FN(2) Q8_FN(3) Q8_FN(4) Q8_FN(5) Q8_FN(6) Q8_FN(7) Q8_FN(8)
+static const q8_fn q8_one[9] = {NULL,    q8_1x1, q8_1x2, q8_1x3, q8_1x4,
+                                q8_1x5, q8_1x6, q8_1x7, q8_1x8};
+
+void le_q8_0_panel(int64_t K, const void *vx, size_t bx, int64_t nr, const int8_t *yq,
+                   const float *dyt, int64_t nc, float *s, size_t bs) {
+  const char *x = vx;
+  const int64_t nb = K / LE_QK;
+  for (int64_t c = 0; c < nc; c += 8) {
+    const int rn = (int)LE_MIN(8, nc - c);
+    for (int64_t r = 0; r < nr; r++)
+      q8_one[rn](nb, s + c * bs + r, bs, (const le_block_q8_0 *)(x + r * bx), yq + c * K,
+                 (size_t)K, dyt + c * nb, c == 0);
+  }
+}
+
 #else
 
 void le_sgemm8_panel(int f16, int64_t K, const void *vx, size_t bx, int64_t nr, const float *y,
                      size_t by, int64_t nc, float *s, size_t bs) {
   (void)f16, (void)K, (void)vx, (void)bx, (void)nr, (void)y, (void)by, (void)nc, (void)s, (void)bs;
+}
+
+void le_q8_0_panel(int64_t K, const void *vx, size_t bx, int64_t nr, const int8_t *yq,
+                   const float *dyt, int64_t nc, float *s, size_t bs) {
+  (void)K, (void)vx, (void)bx, (void)nr, (void)yq, (void)dyt, (void)nc, (void)s, (void)bs;
 }
 
 #endif
