@@ -11,10 +11,12 @@
  * possible besides the FMAs. mul_mat gives the columns already widened to
  * f32 (f16-rounded for F16 weights, so widening is exact), so only the
  * weights need converting, once per row per column group:
- * - K <= 1024: one row against up to 8 columns (8 accumulators, one weight
- *   load and conversion per 8 FMAs; the 8 columns stay in L1);
- * - longer rows: two rows against up to 4 columns (the columns no longer
- *   fit L1, so each column vector loaded serves two rows).
+ * - K <= 1024 and fewer than 16 columns: one row against up to 8 columns
+ *   (8 accumulators, one weight load and conversion per 8 FMAs; the 8
+ *   columns stay in L1);
+ * - longer rows, 16 or more columns, or fewer than 5 left: three rows
+ *   against up to 4 columns (12 accumulators; each column vector loaded
+ *   serves three rows, so the tile is bound by its FMAs, not its loads).
  * Column groups run over all rows of the block in turn, so a block's rows
  * come from memory once (the first group) and from L1/L2 after. The first
  * group prefetches the weights a few KiB ahead: this VM's hardware
@@ -27,6 +29,10 @@
 #ifndef SG_PF_AHEAD
 #define SG_PF_AHEAD 4096
 #endif
+/* From this many columns on, three-row tiles win everywhere: the tiles'
+ * loads, not memory, bound the time (measured: 16 and 512 columns, K 768;
+ * 8 columns go faster one row at a time). */
+#define SG_WIDE_N 16
 /* Longest row whose 8 widened columns (8 * 4 * K bytes) stay in L1. */
 #ifndef SG_NARROW_K
 #define SG_NARROW_K 1024
@@ -136,7 +142,7 @@ void le_sgemm8_panel(int f16, int64_t K, const void *vx, size_t bx, int64_t nr, 
   const sg_fn *one = f16 ? sg_one_1 : sg_one_0, *three = f16 ? sg_three_1 : sg_three_0;
   for (int64_t c = 0; c < nc;) {
     const int64_t left = nc - c;
-    if (K <= SG_NARROW_K && left >= 5) {
+    if (K <= SG_NARROW_K && left >= 5 && nc < SG_WIDE_N) {
       /* one row against 5..8 columns: 5..8 accumulator chains */
       const int rn = (int)LE_MIN(8, left);
       for (int64_t r = 0; r < nr; r++)
