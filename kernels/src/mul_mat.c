@@ -203,6 +203,11 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       if (q8) {
         float *d = dyt + ((r / ne11 * groups + i11 / 8) * nb * 8 + i11 % 8);
         q8_split_row(vt, src, (int8_t *)wdata + r * K, d, K);
+        /* the last group's unused lanes: zeros, not stale scratch (their
+         * products are never read, but denormal garbage could be slow) */
+        if (i11 == ne11 - 1)
+          for (int64_t i = 0; i < nb; i++)
+            for (int64_t j = 1; j < 8 - i11 % 8; j++) d[i * 8 + j] = 0.0f;
         continue;
       }
       vt->from_float_act(src, wdata + (size_t)r * vrow, K);
