@@ -5,15 +5,16 @@
  * Phase 1 converts src1 rows into the context scratch, split across threads
  * and followed by a barrier, or for a small src1 (decode) by every thread
  * into its own part of the scratch with no barrier (le_sched.h); phase 2
- * hands each thread a contiguous range of
- * (matrix, 16-row block) units and walks its columns in blocks so a block of
- * weight rows stays in cache while several activation columns pass over it.
- * Each output element is one vec_dot call, so results do not depend on the
- * thread count or the blocking. */
+ * hands out (matrix, row block) units and runs, for each unit, the AVX2
+ * panel kernels (sgemm_avx2.c: F16/F32 in tinyBLAS order, Q8_0 in its
+ * vec_dot order, several columns at once), a type's tiles, or one vec_dot
+ * per output. Every output element is computed by one fixed chain wherever
+ * it sits, so results do not depend on the thread count or the blocking. */
 #include "le_sched.h"
 #include "q_common.h"
 
 #define BLK_ROWS 16
+#define PANEL_ROWS 48 /* a multiple of the panels' 1- and 3-row tiles */
 #define BLK_COLS 8
 #define BLK_COLS_TILE 16
 #ifndef PF_ROWS
@@ -34,14 +35,10 @@ static int contiguous(const le_tensor *t, size_t esize) {
   return 1;
 }
 
-/* Which tiles compute this node (NULL: one vec_dot per output). The type's
- * own entry wins (repacked types follow llama.cpp's repack kernels); F32
- * and F16 switch to tinyBLAS order exactly where llama.cpp calls
- * llamafile_sgemm and tinyBLAS accepts: N >= 2, K % KN == 0 (16 on
- * AVX-512, 8 on AVX2), M % 4 == 0, and for F32 a contiguous src1 (F16
- * converts src1 first, so any layout). */
-/* Whether this node takes the tinyBLAS path for F32/F16 weights (N >= 2,
- * K % KN == 0, M % 4 == 0, an F32 src1 contiguous, as llama.cpp). */
+/* Whether this node takes the tinyBLAS path for F32/F16 weights: exactly
+ * where llama.cpp calls llamafile_sgemm and tinyBLAS accepts: N >= 2,
+ * K % KN == 0 (16 on AVX-512, 8 on AVX2), M % 4 == 0, and for F32 a
+ * contiguous src1 (F16 converts src1 first, so any layout). */
 static int tinyblas_float(const le_node *n, const le_type_traits *t) {
   const le_tensor *a = &n->src[0], *b = &n->src[1];
   if (t->type != LE_TYPE_F32 && t->type != LE_TYPE_F16) return 0;
@@ -65,6 +62,9 @@ int le_mm_panel(const le_node *n) {
   return LE_MM_TILES;
 }
 
+/* Which tiles compute this node when no panel does (NULL: one vec_dot per
+ * output). The type's own entry wins (repacked types follow llama.cpp's
+ * repack kernels); F32 and F16 take tinyBLAS-order tiles on its path. */
 static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
   const le_tensor *a = &n->src[0];
   /* A type's own tiles are llama.cpp's repacked kernels, and llama.cpp
@@ -186,7 +186,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
    * node start while others still finish the previous one. */
   const size_t priv = le_mm_private_bytes(n, p->nth);
   char *const wdata = (char *)p->wdata + (size_t)p->ith * priv;
-  float *const dyt = (float *)(void *)(wdata + le_mm_scales_offset(n));
+  float *const dyt = q8 ? (float *)(void *)(wdata + le_mm_scales_offset(n)) : NULL;
 
   if (!direct) {
     const int64_t nr = ne11 * ne12 * ne13;
@@ -216,9 +216,6 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   }
 
   const le_gemm_tiles *gt = panel || d->nb[1] % 4 ? NULL : tiles_for(n, t);
-#ifndef PANEL_ROWS
-#define PANEL_ROWS 48
-#endif
   const int64_t blk_rows = panel ? PANEL_ROWS : BLK_ROWS;
   const int64_t nrb = (M + blk_rows - 1) / blk_rows;
   const int64_t units = nrb * ne12 * ne13;

@@ -26,17 +26,13 @@
 #if defined(LE_X86)
 
 /* Bytes of weights fetched ahead of the rows being read. */
-#ifndef SG_PF_AHEAD
 #define SG_PF_AHEAD 4096
-#endif
 /* From this many columns on, three-row tiles win everywhere: the tiles'
  * loads, not memory, bound the time (measured: 16 and 512 columns, K 768;
  * 8 columns go faster one row at a time). */
 #define SG_WIDE_N 16
 /* Longest row whose 8 widened columns (8 * 4 * K bytes) stay in L1. */
-#ifndef SG_NARROW_K
 #define SG_NARROW_K 1024
-#endif
 
 LE_TARGET_AVX2 static inline float sg_hsum8(__m256 v) {
   __m128 x = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
@@ -83,12 +79,9 @@ sg_tile(const int F16, const int RM, const int RN, int64_t n, float *s, size_t b
 #pragma GCC unroll 8
     for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
   const int64_t step_line = F16 ? 32 : 16; /* elements per 64-byte line */
-#ifndef SG_PF3
-#define SG_PF3 1
-#endif
   /* one row: a fixed distance (several rows ahead for short rows); three
    * rows: the same place in the next three rows */
-  const size_t ahead = RM == 1 || !SG_PF3 ? SG_PF_AHEAD : (size_t)RM * bx;
+  const size_t ahead = RM == 1 ? SG_PF_AHEAD : (size_t)RM * bx;
   for (int64_t l = 0; l < n; l += 8) {
     if (pf && (l & (step_line - 1)) == 0) {
 #pragma GCC unroll 3
