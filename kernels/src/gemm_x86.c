@@ -223,7 +223,10 @@ static const le_gemm_tiles seq_q8_0 = {
  * tinyBLAS<8, __m256> (K % 8 == 0), one 8-lane accumulator per output,
  * acc = fma(a[l..l+8], b[l..l+8], acc), then sgemm.cpp's hsum(__m256):
  * high + low half, + movehl, + movehdup. 4x4 tiles of 8-lane accumulators
- * fit AVX2's 16 registers with 4 left for loads. */
+ * fit AVX2's 16 registers with 4 left for loads. (They do not: GCC spills
+ * five accumulators. mul_mat now runs sgemm_avx2.c's panels on this path,
+ * same per-output arithmetic; these tiles are what the panels were first
+ * compared against, and stay reachable through le_gemm_x86.) */
 LE_TARGET_AVX2 static inline __m256 ld8(const int F16, const void *p, int64_t l) {
   if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + l)));
   return _mm256_loadu_ps((const float *)p + l);

@@ -96,6 +96,18 @@ const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas);
 /* tinyBLAS's KN (floats per vector) at the SIMD level in effect: 16 for
  * AVX-512 (icelake-like variants), 8 for AVX2 (haswell), 0 = no tinyBLAS. */
 int le_tinyblas_kn(void);
+/* AVX2 F32/F16 weights (f16 != 0) in tinyBLAS<8> order (sgemm_avx2.c):
+ * s[c * bs + r] = dot(row r of x, column c of y) for r < nr, c < nc; rows
+ * bx bytes apart, columns f32 by floats apart (f16-rounded for F16), bs in
+ * floats; K % 8 == 0. */
+void le_sgemm8_panel(int f16, int64_t K, const void *x, size_t bx, int64_t nr, const float *y,
+                     size_t by, int64_t nc, float *s, size_t bs);
+/* AVX2 Q8_0 weights in ggml's AVX2 q8_0 dot order (sgemm_avx2.c) against
+ * nc q8_0 columns laid out by mul_mat: yq the columns' codes (K bytes per
+ * column, 32-byte aligned), dyt their block scales as floats, per group of
+ * 8 columns [block][8] (K / 32 * 8 floats per group). */
+void le_q8_0_panel(int64_t K, const void *x, size_t bx, int64_t nr, const int8_t *yq,
+                   const float *dyt, int64_t nc, float *s, size_t bs);
 static inline size_t le_row_size(const le_type_traits *t, int64_t n) {
   return (size_t)(n / t->blck) * t->size;
 }

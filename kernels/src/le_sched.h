@@ -14,6 +14,28 @@
  * deterministic, so who converts a row never changes a value. */
 #define LE_MM_PRIVATE_MAX 4096
 
+/* Which AVX2 panel kernel mul_mat runs (mul_mat.c le_mm_panel), if any. */
+enum { LE_MM_TILES = 0, LE_MM_PANEL_F32, LE_MM_PANEL_F16, LE_MM_PANEL_Q8_0 };
+int le_mm_panel(const le_node *n);
+
+/* Bytes per converted src1 row: the vec_dot type's; f32 for the F16
+ * panel (src1 widened through f16); the codes alone (K bytes, 32-byte
+ * aligned) for the Q8_0 panel. */
+static inline size_t le_mm_src1_row(const le_node *n, const le_type_traits *vt) {
+  const int64_t K = n->src[1].ne[0];
+  const int panel = le_mm_panel(n);
+  if (panel == LE_MM_PANEL_F16) return (size_t)K * 4;
+  if (panel == LE_MM_PANEL_Q8_0) return (size_t)K;
+  return le_row_size(vt, K);
+}
+
+/* The Q8_0 panel's float block scales follow the codes (64-byte aligned):
+ * per src1 matrix and group of 8 columns, [block][8]. */
+static inline size_t le_mm_scales_offset(const le_node *n) {
+  const le_tensor *b = &n->src[1];
+  return ((size_t)(b->ne[0] * b->ne[1] * b->ne[2] * b->ne[3]) + 63) & ~(size_t)63;
+}
+
 /* Bytes of scratch src1 converted to the vec_dot type takes (from the
  * scratch start), 0 when mul_mat reads src1 in place. */
 static inline size_t le_mm_src1_bytes(const le_node *n) {
@@ -21,7 +43,11 @@ static inline size_t le_mm_src1_bytes(const le_node *n) {
   const le_type_traits *vt = t ? le_traits(t->vec_dot_type) : NULL;
   const le_tensor *b = &n->src[1];
   if (!vt || (vt->type == LE_TYPE_F32 && b->nb[0] == 4)) return 0;
-  return le_row_size(vt, b->ne[0]) * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]);
+  if (le_mm_panel(n) == LE_MM_PANEL_Q8_0) {
+    const size_t groups = (size_t)((b->ne[1] + 7) / 8 * b->ne[2] * b->ne[3]);
+    return le_mm_scales_offset(n) + groups * 8 * (size_t)(b->ne[0] / vt->blck) * sizeof(float);
+  }
+  return le_mm_src1_row(n, vt) * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]);
 }
 
 /* Bytes of scratch (a multiple of 64) each thread takes to convert all of

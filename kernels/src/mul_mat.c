@@ -5,15 +5,16 @@
  * Phase 1 converts src1 rows into the context scratch, split across threads
  * and followed by a barrier, or for a small src1 (decode) by every thread
  * into its own part of the scratch with no barrier (le_sched.h); phase 2
- * hands each thread a contiguous range of
- * (matrix, 16-row block) units and walks its columns in blocks so a block of
- * weight rows stays in cache while several activation columns pass over it.
- * Each output element is one vec_dot call, so results do not depend on the
- * thread count or the blocking. */
-#include "le_internal.h"
+ * hands out (matrix, row block) units and runs, for each unit, the AVX2
+ * panel kernels (sgemm_avx2.c: F16/F32 in tinyBLAS order, Q8_0 in its
+ * vec_dot order, several columns at once), a type's tiles, or one vec_dot
+ * per output. Every output element is computed by one fixed chain wherever
+ * it sits, so results do not depend on the thread count or the blocking. */
 #include "le_sched.h"
+#include "q_common.h"
 
 #define BLK_ROWS 16
+#define PANEL_ROWS 48 /* a multiple of the panels' 1- and 3-row tiles */
 #define BLK_COLS 8
 #define BLK_COLS_TILE 16
 #ifndef PF_ROWS
@@ -34,26 +35,46 @@ static int contiguous(const le_tensor *t, size_t esize) {
   return 1;
 }
 
-/* Which tiles compute this node (NULL: one vec_dot per output). The type's
- * own entry wins (repacked types follow llama.cpp's repack kernels); F32
- * and F16 switch to tinyBLAS order exactly where llama.cpp calls
- * llamafile_sgemm and tinyBLAS accepts: N >= 2, K % KN == 0 (16 on
- * AVX-512, 8 on AVX2), M % 4 == 0, and for F32 a contiguous src1 (F16
- * converts src1 first, so any layout). */
-static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
+/* Whether this node takes the tinyBLAS path for F32/F16 weights: exactly
+ * where llama.cpp calls llamafile_sgemm and tinyBLAS accepts: N >= 2,
+ * K % KN == 0 (16 on AVX-512, 8 on AVX2), M % 4 == 0, and for F32 a
+ * contiguous src1 (F16 converts src1 first, so any layout). */
+static int tinyblas_float(const le_node *n, const le_type_traits *t) {
   const le_tensor *a = &n->src[0], *b = &n->src[1];
+  if (t->type != LE_TYPE_F32 && t->type != LE_TYPE_F16) return 0;
+  const int kn = le_tinyblas_kn();
+  return kn && b->ne[1] >= 2 && a->ne[0] % kn == 0 && a->ne[1] % 4 == 0 &&
+         (t->type == LE_TYPE_F16 || contiguous(b, 4)) && n->dst.nb[1] % 4 == 0;
+}
+
+/* AVX2 panel kernels (sgemm_avx2.c) take these nodes: F32/F16 weights on
+ * the tinyBLAS path (F16: src1 widened to f32 in the scratch, through f16
+ * as ggml rounds it; F32: src1 read in place) and Q8_0 weights with N >= 2
+ * (src1 quantized as usual plus its block scales as floats). */
+int le_mm_panel(const le_node *n) {
+  const le_type_traits *t = le_traits(n->src[0].type);
+  if (!t || le_simd() != LE_SIMD_AVX2 || t->gemm[LE_SIMD_AVX2]) return LE_MM_TILES;
+  if (t->type == LE_TYPE_F16 || t->type == LE_TYPE_F32)
+    return tinyblas_float(n, t) ? (t->type == LE_TYPE_F16 ? LE_MM_PANEL_F16 : LE_MM_PANEL_F32)
+                                : LE_MM_TILES;
+  if (t->type == LE_TYPE_Q8_0 && n->src[1].ne[1] >= 2 && n->dst.nb[1] % 4 == 0)
+    return LE_MM_PANEL_Q8_0;
+  return LE_MM_TILES;
+}
+
+/* Which tiles compute this node when no panel does (NULL: one vec_dot per
+ * output). The type's own entry wins (repacked types follow llama.cpp's
+ * repack kernels); F32 and F16 take tinyBLAS-order tiles on its path. */
+static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t) {
+  const le_tensor *a = &n->src[0];
   /* A type's own tiles are llama.cpp's repacked kernels, and llama.cpp
    * repacks only 2-D weights whose ne1 is a multiple of 8; other weights of
    * those types run its plain vec_dot, so ours must too. */
   const le_gemm_tiles *own = t->gemm[le_simd()];
   if (own && a->ne[1] % 8 == 0 && a->ne[2] == 1 && a->ne[3] == 1) return own;
   if (own) return NULL;
-  if (t->type == LE_TYPE_F32 || t->type == LE_TYPE_F16) {
-    const int kn = le_tinyblas_kn();
-    const int ok = kn && b->ne[1] >= 2 && a->ne[0] % kn == 0 && a->ne[1] % 4 == 0 &&
-                   (t->type == LE_TYPE_F16 || contiguous(b, 4));
-    return ok ? le_gemm_x86(t->type, 1) : NULL;
-  }
+  if (t->type == LE_TYPE_F32 || t->type == LE_TYPE_F16)
+    return tinyblas_float(n, t) ? le_gemm_x86(t->type, 1) : NULL;
   return le_gemm_x86(t->type, 0);
 }
 
@@ -116,10 +137,35 @@ int le_mul_mat_check(const le_node *n) {
 }
 
 size_t le_mul_mat_wsize(const le_node *n) {
-  const le_type_traits *vt = le_traits(le_traits(n->src[0].type)->vec_dot_type);
-  if (src1_direct(n, vt)) return 0;
-  const le_tensor *b = &n->src[1];
-  return le_row_size(vt, b->ne[0]) * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]) + 64;
+  const size_t bytes = le_mm_src1_bytes(n);
+  return bytes ? bytes + 64 : 0;
+}
+
+/* src1 row x (K f32) to f32 values rounded through the vec_dot type f16:
+ * the very values the f16 path would widen. */
+static void widen_row(const le_type_traits *vt, const float *x, float *y, int64_t K) {
+  uint16_t h[256];
+  for (int64_t i = 0; i < K; i += 256) {
+    const int64_t m = LE_MIN(256, K - i);
+    vt->from_float_act(x + i, h, m);
+    le_fp16_to_fp32_row(h, y + i, m);
+  }
+}
+
+/* src1 row x quantized as ggml does (q8_0), split for the Q8_0 panel into
+ * its codes (yq, 32 per block) and its block scales as floats (d, 8 floats
+ * apart: the row's lane in its group of 8 columns). */
+static void q8_split_row(const le_type_traits *vt, const float *x, int8_t *yq, float *d,
+                         int64_t K) {
+  le_block_q8_0 q[8];
+  for (int64_t i = 0; i < K; i += 8 * LE_QK) {
+    const int64_t m = LE_MIN(8 * LE_QK, K - i);
+    vt->from_float_act(x + i, q, m);
+    for (int64_t j = 0; j < m / LE_QK; j++) {
+      memcpy(yq + i + j * LE_QK, q[j].qs, LE_QK);
+      d[(i / LE_QK + j) * 8] = le_fp16_to_fp32(q[j].d);
+    }
+  }
 }
 
 void le_mul_mat(const le_node *n, const le_compute_params *p) {
@@ -131,12 +177,16 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   const int64_t ne11 = b->ne[1], ne12 = b->ne[2], ne13 = b->ne[3];
   const int64_t r2 = ne12 / a->ne[2], r3 = ne13 / a->ne[3];
   const int direct = src1_direct(n, vt);
-  const size_t vrow = le_row_size(vt, K);
+  const int panel = le_mm_panel(n);
+  const int widen = panel == LE_MM_PANEL_F16, q8 = panel == LE_MM_PANEL_Q8_0;
+  const size_t vrow = le_mm_src1_row(n, vt);
+  const int64_t nb = K / LE_QK, groups = (ne11 + 7) / 8; /* Q8_0 panel */
   /* A small src1 is converted whole by every thread into its own part of
    * the scratch (see le_sched.h): no barrier, and threads.c may let this
    * node start while others still finish the previous one. */
   const size_t priv = le_mm_private_bytes(n, p->nth);
   char *const wdata = (char *)p->wdata + (size_t)p->ith * priv;
+  float *const dyt = q8 ? (float *)(void *)(wdata + le_mm_scales_offset(n)) : NULL;
 
   if (!direct) {
     const int64_t nr = ne11 * ne12 * ne13;
@@ -146,13 +196,28 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       const int64_t i13 = r / (ne12 * ne11), i12 = (r / ne11) % ne12, i11 = r % ne11;
       const float *src = (const float *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] +
                                          i12 * b->nb[2] + i13 * b->nb[3]);
+      if (widen) {
+        widen_row(vt, src, (float *)(void *)(wdata + (size_t)r * vrow), K);
+        continue;
+      }
+      if (q8) {
+        float *d = dyt + ((r / ne11 * groups + i11 / 8) * nb * 8 + i11 % 8);
+        q8_split_row(vt, src, (int8_t *)wdata + r * K, d, K);
+        /* the last group's unused lanes: zeros, not stale scratch (their
+         * products are never read, but denormal garbage could be slow) */
+        if (i11 == ne11 - 1)
+          for (int64_t i = 0; i < nb; i++)
+            for (int64_t j = 1; j < 8 - i11 % 8; j++) d[i * 8 + j] = 0.0f;
+        continue;
+      }
       vt->from_float_act(src, wdata + (size_t)r * vrow, K);
     }
     if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
   }
 
-  const le_gemm_tiles *gt = d->nb[1] % 4 ? NULL : tiles_for(n, t);
-  const int64_t nrb = (M + BLK_ROWS - 1) / BLK_ROWS;
+  const le_gemm_tiles *gt = panel || d->nb[1] % 4 ? NULL : tiles_for(n, t);
+  const int64_t blk_rows = panel ? PANEL_ROWS : BLK_ROWS;
+  const int64_t nrb = (M + blk_rows - 1) / blk_rows;
   const int64_t units = nrb * ne12 * ne13;
   /* Units are handed out dynamically: a thread that another process
    * preempts does not hold the others up at the barrier. */
@@ -160,7 +225,24 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     const int64_t plane = u / nrb, rb = u % nrb;
     const int64_t i12 = plane % ne12, i13 = plane / ne12;
     const char *arow = (const char *)(uintptr_t)a->data + (i12 / r2) * a->nb[2] + (i13 / r3) * a->nb[3];
-    const int64_t ir0 = rb * BLK_ROWS, ir1 = LE_MIN(ir0 + BLK_ROWS, M);
+    const int64_t ir0 = rb * blk_rows, ir1 = LE_MIN(ir0 + blk_rows, M);
+    if (panel) {
+      const char *ybase = direct
+          ? (const char *)(uintptr_t)b->data + i12 * b->nb[2] + i13 * b->nb[3]
+          : (const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11) * vrow;
+      float *dbase = (float *)((char *)(uintptr_t)d->data + i12 * d->nb[2] + i13 * d->nb[3]);
+      if (q8) {
+        le_q8_0_panel(K, arow + ir0 * a->nb[1], (size_t)a->nb[1], ir1 - ir0,
+                      (const int8_t *)ybase, dyt + plane * groups * nb * 8, ne11, dbase + ir0,
+                      (size_t)d->nb[1] / 4);
+        continue;
+      }
+      le_sgemm8_panel(panel == LE_MM_PANEL_F16, K, arow + ir0 * a->nb[1], (size_t)a->nb[1],
+                      ir1 - ir0, (const float *)(const void *)ybase,
+                      (direct ? (size_t)b->nb[1] : vrow) / 4, ne11, dbase + ir0,
+                      (size_t)d->nb[1] / 4);
+      continue;
+    }
     if (gt) {
       const char *ybase = direct
           ? (const char *)(uintptr_t)b->data + i12 * b->nb[2] + i13 * b->nb[3]
