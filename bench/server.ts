@@ -8,7 +8,7 @@
  * (a flat curve: the second is not above the first).
  *
  *   deno task bench:server [--model FILE] [--clients 1,16] [--seconds 20] [--tokens 64]
- *     [--cancel 0.1] [--warmup 10] [--profile DIR]
+ *     [--cancel 0.1] [--warmup 10] [--profile DIR] [--flash-attn]
  *
  * `--cancel` is the share of requests a client drops mid-stream (they must
  * end cleanly and free their slots); `--profile DIR` writes the server's
@@ -31,6 +31,10 @@ const SPEC = {
     cancel: flag.number({ min: 0, max: 1, default: 0.1, description: "share of dropped streams" }),
     warmup: flag.number({ min: 0, default: 10, description: "seconds of RSS left out as warm-up" }),
     profile: flag.string({ value: "DIR", description: "write the server's CPU profile there" }),
+    "flash-attn": flag.boolean({
+      aliases: ["fa"],
+      description: "serve with flash attention (llama-server's CPU default)",
+    }),
   },
 };
 
@@ -110,7 +114,7 @@ if (import.meta.main) {
       const prof = a.profile ? ["--cpu-prof", `--cpu-prof-dir=${a.profile}`] : [];
       const proc = new Deno.Command(Deno.execPath(), {
         args: ["run", "-A", ...prof, serve, "--model", a.model, "--port", "0", "--parallel"]
-          .concat([String(Math.max(...counts))]),
+          .concat([String(Math.max(...counts))], a["flash-attn"] ? ["--flash-attn"] : []),
         stdout: "piped",
         stderr: "inherit",
       }).spawn();
