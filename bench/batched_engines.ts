@@ -266,11 +266,13 @@ async function instrument(): Promise<{ current: Profile }> {
   wrap(Scheduler.prototype, "alloc", (p, ms) => (p.allocMs += ms));
   wrap(CpuBackend.prototype, "compute", (p, ms) => (p.backendComputeMs += ms));
   // The native call itself: the library object's symbol table is swapped for
-  // a copy whose le_graph_compute is timed (backends read it at each call).
+  // a copy whose le_graph_compute (both bindings) is timed (backends read it at each call).
   const { loadLibrary } = await import("../ffi/library.ts");
   const lib = await loadLibrary() as { symbols: Record<string, unknown> };
   const symbols = { ...lib.symbols };
   wrap(symbols, "le_graph_compute", (p, ms) => (p.nativeMs += ms));
+  // Short graphs run on the calling thread through the synchronous binding.
+  wrap(symbols, "le_graph_compute_sync", (p, ms) => (p.nativeMs += ms));
   lib.symbols = symbols;
   return state;
 }
