@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { setAddress } from "./pointers.ts";
 
 /** Symbol definitions mirroring kernels/include/llm_edge.h. */
 export const SYMBOLS = {
@@ -67,6 +68,41 @@ export const NodeLayout = {
   T_NB: 40,
   T_DATA: 72,
 } as const;
+
+/** What an `le_tensor` record holds besides its data address. */
+export interface TensorShape {
+  /** ggml type id. */
+  readonly type: number;
+  /** Elements per dimension (4). */
+  readonly ne: readonly number[];
+  /** Byte strides (4). */
+  readonly nb: readonly number[];
+}
+
+/**
+ * Writes one `le_tensor` record at `off`: type, flags 0, ne, nb and the data
+ * address (every byte zero for an absent tensor). Shared by the CPU and CUDA
+ * command encoders, whose node records have the same layout.
+ */
+export function writeTensorRecord(
+  v: DataView,
+  off: number,
+  t: TensorShape | undefined,
+  address: number,
+): void {
+  if (!t) {
+    for (let i = 0; i < TENSOR_BYTES; i += 4) v.setUint32(off + i, 0, true);
+    return;
+  }
+  const L = NodeLayout;
+  v.setInt32(off + L.T_TYPE, t.type, true);
+  v.setInt32(off + L.T_FLAGS, 0, true);
+  for (let i = 0; i < 4; i++) {
+    setAddress(v, off + L.T_NE + 8 * i, t.ne[i]);
+    setAddress(v, off + L.T_NB + 8 * i, t.nb[i]);
+  }
+  setAddress(v, off + L.T_DATA, address);
+}
 
 /** SIMD levels accepted by `le_set_simd_level`. */
 export const SimdLevel = { BEST: -1, SCALAR: 0, AVX2: 1, AVX512: 2, NEON: 3 } as const;

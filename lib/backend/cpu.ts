@@ -17,8 +17,9 @@ import {
   NODE_BYTES,
   NodeLayout as L,
   TENSOR_BYTES,
+  writeTensorRecord,
 } from "../../ffi/symbols.ts";
-import { address, cString, detachNative, nativeBytes, setAddress } from "../../ffi/pointers.ts";
+import { address, cString, detachNative, nativeBytes } from "../../ffi/pointers.ts";
 
 /** Options of {@linkcode CpuBackend}. */
 export interface CpuBackendOptions {
@@ -252,17 +253,8 @@ export class CpuBackend implements Backend {
   }
 
   #encodeTensor(v: DataView, off: number, t: ResolvedTensor | undefined, where: string): void {
-    if (!t) {
-      for (let i = 0; i < TENSOR_BYTES; i += 4) v.setUint32(off + i, 0, true);
-      return;
-    }
-    v.setInt32(off + L.T_TYPE, t.type, true);
-    v.setInt32(off + L.T_FLAGS, 0, true);
-    for (let i = 0; i < 4; i++) {
-      setAddress(v, off + L.T_NE + 8 * i, t.ne[i]);
-      setAddress(v, off + L.T_NB + 8 * i, t.nb[i]);
-    }
-    setAddress(v, off + L.T_DATA, this.#bufAddress(t.data.buffer, where) + t.data.offset);
+    const address = t ? this.#bufAddress(t.data.buffer, where) + t.data.offset : 0;
+    writeTensorRecord(v, off, t, address);
   }
 
   /**

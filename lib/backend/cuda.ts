@@ -21,7 +21,7 @@
  *
  * @module
  */
-import { MAX_PARAMS, MAX_SRC, Op, opSupported } from "../graph/ops.ts";
+import { COMPUTE_TYPES, MAX_PARAMS, MAX_SRC, Op, opSupported } from "../graph/ops.ts";
 import { GGMLType, ggmlTypeInfo, ggmlTypeName } from "../ggml/types.ts";
 import { bufferIO, byteExtent, checkRange, describeBuffer } from "../ggml/memory.ts";
 import type {
@@ -36,27 +36,13 @@ import type {
 import { validateNode } from "./validate.ts";
 import { type CudaLibrary, loadCudaLibrary } from "../../ffi/cuda_library.ts";
 import { DEVICE_INFO_BYTES, DeviceInfoLayout as DI } from "../../ffi/cuda_symbols.ts";
-import { NODE_BYTES, NodeLayout as L, TENSOR_BYTES } from "../../ffi/symbols.ts";
-import { cString, detachNative, nativeBytes, pointerAt, setAddress } from "../../ffi/pointers.ts";
+import { NODE_BYTES, NodeLayout as L, TENSOR_BYTES, writeTensorRecord } from "../../ffi/symbols.ts";
+import { cString, detachNative, nativeBytes, pointerAt } from "../../ffi/pointers.ts";
 
-const { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K } = GGMLType;
+const { F32, F16, BF16, Q8_0, Q4_0 } = GGMLType;
 const FLOAT: readonly number[] = [F32, F16, BF16];
-/** Weight types the CUDA get_rows and mul_mat kernels read (every one the CPU reads). */
-export const CUDA_WEIGHT_TYPES: readonly number[] = [
-  F32,
-  F16,
-  BF16,
-  Q8_0,
-  Q4_0,
-  Q4_1,
-  Q5_0,
-  Q5_1,
-  Q2_K,
-  Q3_K,
-  Q4_K,
-  Q5_K,
-  Q6_K,
-];
+/** Weight types the CUDA get_rows and mul_mat kernels read: every one the CPU reads. */
+export const CUDA_WEIGHT_TYPES: readonly number[] = COMPUTE_TYPES;
 
 /**
  * Whether kernels/cuda implements `q`: the op table's rule (lib/graph/ops.ts)
@@ -453,20 +439,6 @@ export class CudaBackend implements Backend {
     return d.address;
   }
 
-  #encodeTensor(v: DataView, off: number, t: ResolvedTensor | undefined, addr: number): void {
-    if (!t) {
-      for (let i = 0; i < TENSOR_BYTES; i += 4) v.setUint32(off + i, 0, true);
-      return;
-    }
-    v.setInt32(off + L.T_TYPE, t.type, true);
-    v.setInt32(off + L.T_FLAGS, 0, true);
-    for (let i = 0; i < 4; i++) {
-      setAddress(v, off + L.T_NE + 8 * i, t.ne[i]);
-      setAddress(v, off + L.T_NB + 8 * i, t.nb[i]);
-    }
-    setAddress(v, off + L.T_DATA, addr);
-  }
-
   #commandBuffer(n: number): { addr: number; view: DataView } {
     const s = this.#s;
     if (!this.#cmd || this.#cmd.cap < n) {
@@ -505,11 +477,11 @@ export class CudaBackend implements Backend {
       const base = i * NODE_BYTES;
       v.setInt32(base + L.OP, n.op, true);
       v.setInt32(base + L.N_SRC, n.src.length, true);
-      this.#encodeTensor(v, base + L.DST, n.dst, this.#addressOf(n.dst, temps, where));
+      writeTensorRecord(v, base + L.DST, n.dst, this.#addressOf(n.dst, temps, where));
       for (let k = 0; k < MAX_SRC; k++) {
         const t = n.src[k];
         const a = t ? this.#addressOf(t, temps, `${where} src${k}`) : 0;
-        this.#encodeTensor(v, base + L.SRC + k * TENSOR_BYTES, t, a);
+        writeTensorRecord(v, base + L.SRC + k * TENSOR_BYTES, t, a);
       }
       for (let p = 0; p < MAX_PARAMS; p++) {
         v.setInt32(base + L.PARAMS + 4 * p, n.params[p] ?? 0, true);
