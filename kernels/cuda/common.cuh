@@ -37,6 +37,26 @@ static inline bool weight_type(int t) {
 #define QK 32  // elements per Q4_0 / Q8_0 / Q8_1 block
 
 // ggml's block layouts (packed: 18 and 34 bytes, so only 2-byte aligned).
+/* A tensor as the kernels take it by value: le_tensor with its data as a
+ * device pointer (a kernel argument cannot be the host-side record). */
+struct DevTensor {
+  const char *data;
+  int64_t ne[4];
+  int64_t nb[4];
+  int type;
+};
+
+static inline DevTensor dev_tensor(const le_tensor &t) {
+  DevTensor r;
+  r.data = (const char *)(uintptr_t)t.data;
+  for (int i = 0; i < 4; i++) {
+    r.ne[i] = t.ne[i];
+    r.nb[i] = t.nb[i];
+  }
+  r.type = t.type;
+  return r;
+}
+
 struct block_q4_0 {
   __half d;
   uint8_t qs[QK / 2];

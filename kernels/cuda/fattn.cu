@@ -17,31 +17,13 @@ namespace {
 
 const int FA_WARPS = 4;
 
-struct FaTen {
-  const char *data;
-  int64_t ne[4];
-  int64_t nb[4];
-  int type;
-};
-
-FaTen fa_ten(const le_tensor &t) {
-  FaTen r;
-  r.data = (const char *)(uintptr_t)t.data;
-  for (int i = 0; i < 4; i++) {
-    r.ne[i] = t.ne[i];
-    r.nb[i] = t.nb[i];
-  }
-  r.type = t.type;
-  return r;
-}
-
 struct FaArgs {
   float scale, max_bias, m0, m1;
   uint32_t n_head_log2;
   int has_mask;
 };
 
-__global__ void k_flash_attn(FaTen d, FaTen q, FaTen k, FaTen v, FaTen m, FaArgs p) {
+__global__ void k_flash_attn(DevTensor d, DevTensor q, DevTensor k, DevTensor v, DevTensor m, FaArgs p) {
   LEC_DYN_SHARED(float, sh);
   const int64_t D = q.ne[0], Dv = v.ne[0], nkv = k.ne[1];
   const int64_t iq1 = blockIdx.x, iq2 = blockIdx.y, iq3 = blockIdx.z;
@@ -132,8 +114,8 @@ int32_t lec_op_flash_attn(lec_ctx *ctx, const le_node *n) {
   const size_t shmem = (size_t)(q.ne[0] + FA_WARPS * v.ne[0] + 2 * FA_WARPS) * sizeof(float);
   if (shmem > 48 * 1024) return LEC_E_UNSUPPORTED;
   const dim3 grid((unsigned)q.ne[1], (unsigned)q.ne[2], (unsigned)q.ne[3]);
-  const FaTen m = has_mask ? fa_ten(n->src[3]) : fa_ten(q);
-  LEC_LAUNCH(k_flash_attn, grid, FA_WARPS * 32, shmem, ctx->stream)(fa_ten(n->dst), fa_ten(q), fa_ten(k),
-                                                            fa_ten(v), m, p);
+  const DevTensor m = has_mask ? dev_tensor(n->src[3]) : dev_tensor(q);
+  LEC_LAUNCH(k_flash_attn, grid, FA_WARPS * 32, shmem, ctx->stream)(dev_tensor(n->dst), dev_tensor(q), dev_tensor(k),
+                                                            dev_tensor(v), m, p);
   return 0;
 }

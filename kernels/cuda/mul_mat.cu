@@ -14,48 +14,30 @@ namespace {
 
 const int MMV_MAX_COLS = 8;
 
-struct Mat {
-  const char *data;
-  int64_t ne[4];
-  int64_t nb[4];
-  int type;
-};
-
-Mat mat(const le_tensor &t) {
-  Mat m;
-  m.data = (const char *)(uintptr_t)t.data;
-  for (int i = 0; i < 4; i++) {
-    m.ne[i] = t.ne[i];
-    m.nb[i] = t.nb[i];
-  }
-  m.type = t.type;
-  return m;
-}
-
 // Column c of src1 (c = i11 + ne11*(i12 + ne12*i13)) and the src0 matrix it meets.
 struct Col {
   int64_t i11, i12, i13;
 };
-__device__ __forceinline__ Col col_of(const Mat &b, int64_t c) {
+__device__ __forceinline__ Col col_of(const DevTensor &b, int64_t c) {
   Col r;
   r.i11 = c % b.ne[1];
   r.i12 = (c / b.ne[1]) % b.ne[2];
   r.i13 = c / (b.ne[1] * b.ne[2]);
   return r;
 }
-__device__ __forceinline__ const char *a_row(const Mat &a, const Mat &b, int64_t m, Col c) {
+__device__ __forceinline__ const char *a_row(const DevTensor &a, const DevTensor &b, int64_t m, Col c) {
   const int64_t i02 = c.i12 / (b.ne[2] / a.ne[2]), i03 = c.i13 / (b.ne[3] / a.ne[3]);
   return a.data + m * a.nb[1] + i02 * a.nb[2] + i03 * a.nb[3];
 }
-__device__ __forceinline__ float *d_at(const Mat &d, int64_t m, Col c) {
+__device__ __forceinline__ float *d_at(const DevTensor &d, int64_t m, Col c) {
   return (float *)(d.data + m * 4 + c.i11 * d.nb[1] + c.i12 * d.nb[2] + c.i13 * d.nb[3]);
 }
-__device__ __forceinline__ const float *b_col(const Mat &b, Col c) {
+__device__ __forceinline__ const float *b_col(const DevTensor &b, Col c) {
   return (const float *)(b.data + c.i11 * b.nb[1] + c.i12 * b.nb[2] + c.i13 * b.nb[3]);
 }
 
 // ---- activations to Q8_1 (one warp per block of 32) --------------------
-__global__ void k_quantize_q8_1(Mat b, block_q8_1 *out, int64_t nblk_col, int64_t ncols) {
+__global__ void k_quantize_q8_1(DevTensor b, block_q8_1 *out, int64_t nblk_col, int64_t ncols) {
   const int64_t blk = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   if (blk >= nblk_col * ncols) return;
   const int lane = threadIdx.x % 32;
@@ -77,7 +59,7 @@ __device__ __forceinline__ int load_i32_a2(const void *p) {
 }
 
 template <int TYPE>
-__global__ void k_mmvq(Mat d, Mat a, Mat b, const block_q8_1 *yq, int64_t nblk) {
+__global__ void k_mmvq(DevTensor d, DevTensor a, DevTensor b, const block_q8_1 *yq, int64_t nblk) {
   const int64_t m = blockIdx.x;
   const int lane = threadIdx.x;
   const int64_t ncols = b.ne[1] * b.ne[2] * b.ne[3];
@@ -113,7 +95,7 @@ __global__ void k_mmvq(Mat d, Mat a, Mat b, const block_q8_1 *yq, int64_t nblk) 
 }
 
 // Other weights, few columns: one warp per output, f32 arithmetic on dequantized weights.
-__global__ void k_mmv_float(Mat d, Mat a, Mat b) {
+__global__ void k_mmv_float(DevTensor d, DevTensor a, DevTensor b) {
   const int64_t m = blockIdx.x;
   const int lane = threadIdx.x;
   const int64_t ncols = b.ne[1] * b.ne[2] * b.ne[3], K = a.ne[0];
@@ -130,7 +112,7 @@ __global__ void k_mmv_float(Mat d, Mat a, Mat b) {
 
 // Any weight type, many columns: 16x16 output tiles, K in steps of 16.
 const int TS = 16;
-__global__ void k_mm_tiled(Mat d, Mat a, Mat b) {
+__global__ void k_mm_tiled(DevTensor d, DevTensor a, DevTensor b) {
   __shared__ float as[TS][TS + 1], bs[TS][TS + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t M = a.ne[1], N = b.ne[1], K = a.ne[0];
@@ -164,7 +146,7 @@ __global__ void k_mm_tiled(Mat d, Mat a, Mat b) {
 }  // namespace
 
 int32_t lec_op_mul_mat(lec_ctx *ctx, const le_node *n) {
-  const Mat d = mat(n->dst), a = mat(n->src[0]), b = mat(n->src[1]);
+  const DevTensor d = dev_tensor(n->dst), a = dev_tensor(n->src[0]), b = dev_tensor(n->src[1]);
   const int t = a.type;
   const bool quant = t == T_Q8_0 || t == T_Q4_0;
   if (!weight_type(t) || b.type != T_F32 || d.type != T_F32) {
