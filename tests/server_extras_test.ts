@@ -163,7 +163,14 @@ Deno.test({
         const ac = new AbortController();
         const dropped = await fetch(`${srv.base}/v1/completions`, {
           method: "POST",
-          body: JSON.stringify({ prompt, n: 3, max_tokens: 200, stream: true }),
+          // eos (2) banned: no choice may end before the slots are counted
+          body: JSON.stringify({
+            prompt,
+            n: 3,
+            max_tokens: 200,
+            stream: true,
+            logit_bias: { "2": -100 },
+          }),
           signal: ac.signal,
         });
         const reader = dropped.body!.getReader();

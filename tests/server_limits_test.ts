@@ -82,13 +82,21 @@ Deno.test({
       const req = (body: unknown, signal?: AbortSignal) =>
         new Request(url, { method: "POST", body: JSON.stringify(body), signal });
       // One slot: a streaming request holds it, a second waits, its abort frees the wait.
-      const first = await handler(req({ prompt: "The prince", max_tokens: 50, stream: true }));
+      // The holder must outlast the checks below: streams generate ahead of
+      // their reader and a short decode runs on this thread, so 200 tokens
+      // with the end-of-generation token banned (tolstoy's eos is 2).
+      const first = await handler(
+        req({ prompt: "The prince", max_tokens: 200, stream: true, logit_bias: { "2": -100 } }),
+      );
       const reader = first.body!.getReader();
       await reader.read();
       const ac = new AbortController();
       const waiting = handler(req({ prompt: "He", max_tokens: 2 }, ac.signal));
-      await new Promise((r) => setTimeout(r, 20));
+      for (let i = 0; i < 200 && handler.stats().queued !== 1; i++) {
+        await new Promise((r) => setTimeout(r, 5));
+      }
       assert.equal(handler.stats().queued, 1);
+      assert.equal(handler.stats().free, 0, "the holder finished before the checks");
       // The queue holds one: a third request is refused at once.
       const full = await handler(req({ prompt: "He", max_tokens: 2 }));
       assert.equal(full.status, 503);
