@@ -241,6 +241,9 @@ export class Sequence implements Disposable {
   }
 }
 
+/** The longest a round waits for the sequences the last one finished (ms). */
+const GATHER_MS = 0.5;
+
 /** Counters of a context's shared batches ({@link Sequence.batchStats}). */
 export interface BatchStats {
   /** Decodes run for sequences. */
@@ -362,15 +365,23 @@ export class SequenceQueue {
   }
 
   // Waits until every sequence the last round finished has submitted again,
-  // or until the microtasks have run out (a macrotask): without it, the
-  // sequences whose samplers run first start a round on their own and the
-  // rest wait for the next one, halving the batch (continuous batching
-  // then degrades into alternating half batches). setImmediate, not
-  // setTimeout(0): a timer costs a millisecond or more per round.
+  // or GATHER_MS has passed, turning the event loop with setImmediate
+  // meanwhile: without it, the sequences whose samplers run first start a
+  // round on their own and the rest wait for the next one, halving the
+  // batch (continuous batching then degrades into alternating half
+  // batches). One macrotask was not always enough: a resubmission may come
+  // a few event-loop turns later (seen: a stream and a chunked prompt that
+  // never shared a decode). setImmediate, not setTimeout(0): a timer costs
+  // a millisecond or more per round.
   async #gather(): Promise<void> {
     if (this.#expect.size === 0) return;
+    const until = performance.now() + GATHER_MS;
     await new Promise<void>((resolve) => {
-      const t = setImmediate(done);
+      let t = setImmediate(tick);
+      function tick() {
+        if (performance.now() >= until) done();
+        else t = setImmediate(tick);
+      }
       function done() {
         clearImmediate(t);
         resolve();
