@@ -30,6 +30,14 @@ enum { LE_SIMD_SCALAR = 0, LE_SIMD_AVX2 = 1, LE_SIMD_AVX512 = 2, LE_SIMD_NEON = 
 #include <immintrin.h>
 #define LE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define LE_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+/* GGML_F32x8_REDUCE's last step (ggml's AVX build, llama.cpp's haswell
+ * variant): low + high half, then two hadds: (t0 + t1) + (t2 + t3). */
+LE_TARGET_AVX2 static inline float hsum_hadd256(__m256 v) {
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  t = _mm_hadd_ps(t, t);
+  t = _mm_hadd_ps(t, t);
+  return _mm_cvtss_f32(t);
+}
 #endif
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define LE_NEON 1

@@ -13,15 +13,6 @@ static void dot_f32_scalar(int64_t n, float *s, const void *vx, const void *vy) 
 }
 
 #if defined(LE_X86)
-/* GGML_F32x8_REDUCE's last step (ggml's AVX build, llama.cpp's haswell
- * variant): low + high half, then two hadds: (t0 + t1) + (t2 + t3). */
-LE_TARGET_AVX2 static inline float hsum_hadd256(__m256 v) {
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  t = _mm_hadd_ps(t, t);
-  t = _mm_hadd_ps(t, t);
-  return _mm_cvtss_f32(t);
-}
-
 /* ggml_vec_dot_f32 as the haswell build runs it: GGML_F32_STEP 32 (four
  * 8-lane fma accumulators), GGML_F32x8_REDUCE ((a0 + a2) + (a1 + a3), then
  * hsum_hadd256), leftovers in float. GCC compiled the leftover loop (with

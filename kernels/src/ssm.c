@@ -83,14 +83,6 @@ static float scan2_row_scalar(const float *s0, const float *B, const float *C, f
 }
 
 #if defined(LE_X86)
-/* GGML_F32x8_REDUCE's last step: low + high half, then two hadds. */
-LE_TARGET_AVX2 static inline float hsum_hadd256(__m256 v) {
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  t = _mm_hadd_ps(t, t);
-  t = _mm_hadd_ps(t, t);
-  return _mm_cvtss_f32(t);
-}
-
 /* the scalar tail of every fused level: B*x_dt rounded, then two fmas */
 #define SCAN_TAIL_FUSED(i0)                                \
   for (int i = (i0); i < nc; i++) {                        \
