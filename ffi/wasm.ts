@@ -6,7 +6,7 @@
  * into its memory, so weights are read in place by the kernels.
  *
  * The module is wasm32 with SIMD128, single-threaded, built against
- * wasi-libc; of WASI it imports only the environment (empty here), a clock,
+ * wasi-libc; of WASI it imports only the environment (LE_PROFILE at most), a clock,
  * fd_write (stderr, for LE_PROFILE-style prints) and proc_exit, stubbed
  * below: it sees no files and no network.
  *
@@ -243,19 +243,34 @@ export class WasmExitError extends WasmKernelError {
 
 const EBADF = 8;
 
-// The WASI calls wasi-libc makes for what the kernels use: an empty
-// environment (getenv), a monotonic clock (profiling), stdout/stderr.
+// The WASI calls wasi-libc makes for what the kernels use: an environment
+// holding LE_PROFILE at most (getenv), a monotonic clock (profiling),
+// stdout/stderr.
 function wasiStubs(mem: () => WebAssembly.Memory): Record<string, (...a: never[]) => unknown> {
   const dv = () => new DataView(mem().buffer);
   const t0 = performance.now();
   let line = "";
+  // The one variable the kernels read: LE_PROFILE (per-op times printed when a context is freed).
+  let profile: string | undefined;
+  try {
+    profile = (globalThis as { Deno?: typeof Deno }).Deno?.env.get("LE_PROFILE");
+  } catch {
+    // no env permission: no profile
+  }
+  const env = profile ? [new TextEncoder().encode(`LE_PROFILE=${profile}\0`)] : [];
   return {
     environ_sizes_get(count: number, size: number) {
-      dv().setUint32(count, 0, true);
-      dv().setUint32(size, 0, true);
+      dv().setUint32(count, env.length, true);
+      dv().setUint32(size, env.reduce((n, e) => n + e.length, 0), true);
       return 0;
     },
-    environ_get() {
+    environ_get(ptrs: number, buf: number) {
+      const v = dv(), u8 = new Uint8Array(mem().buffer);
+      for (const [i, e] of env.entries()) {
+        v.setUint32(ptrs + 4 * i, buf, true);
+        u8.set(e, buf);
+        buf += e.length;
+      }
       return 0;
     },
     clock_time_get(_id: number, _precision: bigint, out: number) {
