@@ -6,7 +6,9 @@
 // process, prompt and decode logits against the CPU backend at its scalar
 // level: the same C, so equal but for ROPE's libm sinf/cosf (see
 // tests/wasm_ops_test.ts), which moves logits by far less than LOGIT_TOL.
-// Skipped, naming the missing tool, only where the wasm toolchain is absent.
+// (3) The edge handler, unchanged, answers a greedy completion without FFI
+// with the text it gives on the CPU backend. Skipped, naming the missing
+// tool, only where the wasm toolchain is absent.
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { Model } from "../lib/model/model.ts";
@@ -16,6 +18,7 @@ import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
 import { NEAR_TIE, top2 } from "./oracle/oracle.ts";
 import { WASM_SKIP, wasmModulePath, wasmTestName } from "./wasm_util.ts";
+import { handlerCompletion } from "./wasm_greedy_child.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const F16 = `${ROOT}models/tolstoy-6m-f16.gguf`;
@@ -40,10 +43,10 @@ function models() {
   return files;
 }
 
-// The child: mod.ts with --allow-read only.
-async function childTokens(path: string): Promise<{ backend: unknown; tokens: number[] }> {
+// The child: mod.ts with --allow-read only; its last stdout line as JSON.
+async function child(args: string[]): Promise<unknown> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-read", "tests/wasm_greedy_child.ts", path, PROMPT, String(N_GEN)],
+    args: ["run", "--allow-read", "tests/wasm_greedy_child.ts", ...args],
     cwd: ROOT,
     stdout: "piped",
     stderr: "piped",
@@ -52,6 +55,10 @@ async function childTokens(path: string): Promise<{ backend: unknown; tokens: nu
   const text = new TextDecoder().decode(out.stdout).trim();
   assert.ok(out.success, `child failed: ${new TextDecoder().decode(out.stderr)}`);
   return JSON.parse(text.split("\n").at(-1)!);
+}
+
+function childTokens(path: string): Promise<{ backend: unknown; tokens: number[] }> {
+  return child([path, PROMPT, String(N_GEN)]) as Promise<{ backend: unknown; tokens: number[] }>;
 }
 
 /** Greedy decode on `backend`: tokens, the top-2 gap and logits per step. */
@@ -125,6 +132,20 @@ Deno.test({
     } finally {
       lib.symbols.le_set_simd_level(SimdLevel.BEST);
     }
+  },
+});
+
+Deno.test({
+  name: wasmTestName("the edge handler without --allow-ffi answers the cpu backend's completion"),
+  ignore,
+  async fn() {
+    await wasmModulePath();
+    const [edge, cpu] = await Promise.all([
+      child(["handler", F16, PROMPT, "16"]),
+      handlerCompletion(F16, PROMPT, 16),
+    ]);
+    assert.ok(typeof cpu === "string" && cpu.length > 0, "empty cpu completion");
+    assert.equal(edge, cpu);
   },
 });
 
