@@ -10,6 +10,12 @@
 #define LE_WASM_SIMD 1
 #include <wasm_simd128.h>
 
+/* Every half as f32 (le_fp16_to_fp32 of each), filled when the module
+ * starts (q_f16.c): a block scale costs one load instead of a branchy
+ * conversion, as ggml's GGML_FP16_TO_FP32 table on x86. */
+extern float le_wasm_f16_table[65536];
+static inline float le_wasm_h2f(uint16_t h) { return le_wasm_f16_table[h]; }
+
 /* Four halves at p to f32, exactly as le_fp16_to_fp32: the magnitude bits
  * shifted into an f32 and scaled by 2^112 (exact for normals and
  * subnormals alike), exponent 31 mapped to inf/NaN, then the sign. */

@@ -18,6 +18,11 @@ static void dot_f16_scalar(int64_t n, float *s, const void *vx, const void *vy) 
 }
 
 #if defined(LE_WASM_SIMD)
+float le_wasm_f16_table[65536];
+__attribute__((constructor)) static void le_wasm_f16_table_init(void) {
+  for (uint32_t h = 0; h < 65536; h++) le_wasm_f16_table[h] = le_fp16_to_fp32((uint16_t)h);
+}
+
 /* dot_f16_scalar with 4 conversions and products at a time; the double sum
  * stays element by element, in order. */
 static void dot_f16_wasm(int64_t n, float *s, const void *vx, const void *vy) {
@@ -31,7 +36,7 @@ static void dot_f16_wasm(int64_t n, float *s, const void *vx, const void *vy) {
     sum += (double)wasm_f32x4_extract_lane(p, 2);
     sum += (double)wasm_f32x4_extract_lane(p, 3);
   }
-  for (; i < n; i++) sum += (double)(le_fp16_to_fp32(x[i]) * le_fp16_to_fp32(y[i]));
+  for (; i < n; i++) sum += (double)(le_wasm_h2f(x[i]) * le_wasm_h2f(y[i]));
   *s = (float)sum;
 }
 static void cvt_to_f32_wasm(const uint16_t *x, float *y, int64_t n) {

@@ -68,7 +68,7 @@ static void dot_q4_0_wasm(int64_t n, float *s, const void *vx, const void *vy) {
     const v128_t hi = wasm_i8x16_sub(wasm_u8x16_shr(q, 4), wasm_i8x16_splat(8));
     const v128_t p = wasm_i32x4_add(le_wasm_dot_i8x16(lo, wasm_v128_load(y[i].qs)),
                                     le_wasm_dot_i8x16(hi, wasm_v128_load(y[i].qs + 16)));
-    sum += (float)le_wasm_hsum_i32x4(p) * le_fp16_to_fp32(x[i].d) * le_fp16_to_fp32(y[i].d);
+    sum += (float)le_wasm_hsum_i32x4(p) * le_wasm_h2f(x[i].d) * le_wasm_h2f(y[i].d);
   }
   *s = sum;
 }

@@ -68,7 +68,7 @@ static void dot_q8_0_wasm(int64_t n, float *s, const void *vx, const void *vy) {
         le_wasm_dot_i8x16(wasm_v128_load(x[i].qs), wasm_v128_load(y[i].qs)),
         le_wasm_dot_i8x16(wasm_v128_load(x[i].qs + 16), wasm_v128_load(y[i].qs + 16)));
     const int32_t si = le_wasm_hsum_i32x4(p);
-    sum += (float)si * (le_fp16_to_fp32(x[i].d) * le_fp16_to_fp32(y[i].d));
+    sum += (float)si * (le_wasm_h2f(x[i].d) * le_wasm_h2f(y[i].d));
   }
   *s = sum;
 }
