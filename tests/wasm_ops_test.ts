@@ -18,7 +18,7 @@ import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
 import { WASM32_MAX_BYTES, WasmKernelError, type WasmKernels } from "../ffi/wasm.ts";
 import { readFileIntoWasm } from "../lib/gguf/wasm_file.ts";
-import { buildCases, type Case, readDst, run } from "./ops_cases.ts";
+import { buildCases, type Case, emptySpec, randomSpec, readDst, run } from "./ops_cases.ts";
 import { mulberry32 as rng } from "./rng.ts";
 import { WASM_SKIP, wasmKernels, wasmTestName } from "./wasm_util.ts";
 
@@ -71,6 +71,43 @@ Deno.test({
     } finally {
       lib.symbols.le_set_simd_level(SimdLevel.BEST);
     }
+  },
+});
+
+Deno.test({
+  name: wasmTestName(
+    "wasm q8_0/q4_0 mul_mat tiles equal the cpu scalar level's vec_dot for any shape",
+  ),
+  ignore,
+  async fn() {
+    const lib = await loadLibrary();
+    using wasm = new WasmBackend(await wasmKernels());
+    using cpu = new CpuBackend({ threads: 1, library: lib });
+    const r = rng(11);
+    lib.symbols.le_set_simd_level(SimdLevel.SCALAR);
+    let n = 0;
+    try {
+      for (const t of [GGMLType.Q8_0, GGMLType.Q4_0]) {
+        // M % 8 == 0 takes the tiles (4-row groups, leftover columns); M = 12 the vec_dot path
+        for (const [K, M] of [[32, 8], [96, 16], [256, 24], [64, 12]]) {
+          for (const N of [1, 2, 3, 4, 5, 7, 9]) {
+            const c: Case = {
+              name: `mul_mat ${t} K${K} M${M} N${N}`,
+              op: Op.MUL_MAT,
+              src: [randomSpec(t, [K, M, 1, 1], r), randomSpec(GGMLType.F32, [K, N, 1, 1], r)],
+              dst: emptySpec(GGMLType.F32, [M, N, 1, 1]),
+              atol: 0,
+              rtol: 0,
+            };
+            assert.deepEqual(await run(wasm, c), await run(cpu, c), c.name);
+            n++;
+          }
+        }
+      }
+    } finally {
+      lib.symbols.le_set_simd_level(SimdLevel.BEST);
+    }
+    assert.equal(n, 56);
   },
 });
 

@@ -37,6 +37,9 @@ static inline v128_t le_wasm_dot_i8x16(v128_t a, v128_t b) {
   return wasm_i32x4_add(lo, hi);
 }
 
+/* Q8_0 and Q4_0 mul_mat tiles in their scalar vec_dot's order (wasm_tiles.c). */
+extern const le_gemm_tiles le_q8_0_tiles_wasm, le_q4_0_tiles_wasm;
+
 static inline int32_t le_wasm_hsum_i32x4(v128_t v) {
   return wasm_i32x4_extract_lane(v, 0) + wasm_i32x4_extract_lane(v, 1) +
          wasm_i32x4_extract_lane(v, 2) + wasm_i32x4_extract_lane(v, 3);

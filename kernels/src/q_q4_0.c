@@ -452,5 +452,7 @@ const le_type_traits le_traits_q4_0 = {
     },
 #if defined(LE_X86)
     .gemm = {[LE_SIMD_AVX2] = &q4_0_tiles_avx2, [LE_SIMD_AVX512] = &q4_0_tiles_avx512},
+#elif defined(LE_WASM_SIMD)
+    .gemm = {[LE_SIMD_SCALAR] = &le_q4_0_tiles_wasm},
 #endif
 };

@@ -132,4 +132,7 @@ const le_type_traits le_traits_q8_0 = {
         [LE_SIMD_NEON] = dot_q8_0_neon,
 #endif
     },
+#if defined(LE_WASM_SIMD)
+    .gemm = {[LE_SIMD_SCALAR] = &le_q8_0_tiles_wasm},
+#endif
 };

@@ -1,0 +1,145 @@
+/* mul_mat tiles of the wasm32 build (SIMD128) for Q8_0 and Q4_0 weights
+ * against Q8_0 activations, at the scalar level the module runs. Each
+ * output is computed exactly as that level's vec_dot computes it
+ * (dot_q8_0_scalar: sum += (float)isum * (d_x * d_y); dot_q4_0_scalar:
+ * sum += (float)isum * d_x * d_y, block by block in order), so tiles and
+ * vec_dot agree bit for bit. What the tiles add: four outputs per float
+ * vector (one lane each, the same scalar operations in every lane), the
+ * integer block sums of four outputs reduced together, and the activation
+ * block loaded once for four weight rows. Empty outside wasm32 + SIMD128. */
+#include "q_common.h"
+#include "le_wasm_simd.h"
+
+#if defined(LE_WASM_SIMD)
+
+/* A weight block's 32 codes as two vectors of signed bytes (elements 0..15,
+ * 16..31), the way its vec_dot reads them. */
+static inline void x_codes(int q4, const char *blk, v128_t *a, v128_t *b) {
+  if (q4) {
+    const v128_t q = wasm_v128_load(((const le_block_q4_0 *)blk)->qs);
+    *a = wasm_i8x16_sub(wasm_v128_and(q, wasm_i8x16_splat(0x0f)), wasm_i8x16_splat(8));
+    *b = wasm_i8x16_sub(wasm_u8x16_shr(q, 4), wasm_i8x16_splat(8));
+  } else {
+    *a = wasm_v128_load(((const le_block_q8_0 *)blk)->qs);
+    *b = wasm_v128_load(((const le_block_q8_0 *)blk)->qs + 16);
+  }
+}
+
+static inline uint16_t x_scale(int q4, const char *blk) {
+  return q4 ? ((const le_block_q4_0 *)blk)->d : ((const le_block_q8_0 *)blk)->d;
+}
+
+/* Lane k = the sum of the four int32 lanes of p_k (exact in any order). */
+static inline v128_t hsum4(v128_t p0, v128_t p1, v128_t p2, v128_t p3) {
+  const v128_t s01 = wasm_i32x4_add(wasm_i32x4_shuffle(p0, p1, 0, 4, 1, 5),
+                                    wasm_i32x4_shuffle(p0, p1, 2, 6, 3, 7));
+  const v128_t s23 = wasm_i32x4_add(wasm_i32x4_shuffle(p2, p3, 0, 4, 1, 5),
+                                    wasm_i32x4_shuffle(p2, p3, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(s01, s23, 0, 1, 4, 5),
+                        wasm_i32x4_shuffle(s01, s23, 2, 3, 6, 7));
+}
+
+/* Integer dot of one weight block's codes with an activation block's. */
+static inline v128_t block_dot(v128_t xa, v128_t xb, const le_block_q8_0 *y) {
+  return wasm_i32x4_add(le_wasm_dot_i8x16(xa, wasm_v128_load(y->qs)),
+                        le_wasm_dot_i8x16(xb, wasm_v128_load(y->qs + 16)));
+}
+
+/* The float step of four outputs: lane k adds (float)isum_k times its
+ * scales, in the vec_dot's order. dx and dy hold each lane's d_x and d_y. */
+static inline v128_t step(int q4, v128_t acc, v128_t isum, v128_t dx, v128_t dy) {
+  const v128_t f = wasm_f32x4_convert_i32x4(isum); /* |isum| < 2^24: exact */
+  const v128_t t = q4 ? wasm_f32x4_mul(wasm_f32x4_mul(f, dx), dy)
+                      : wasm_f32x4_mul(f, wasm_f32x4_mul(dx, dy));
+  return wasm_f32x4_add(acc, t);
+}
+
+/* Rows 0..3 of x (bx bytes apart) against one activation column y. */
+static inline v128_t rows4(int q4, int64_t nb, const char *x, size_t bx, const le_block_q8_0 *y) {
+  const size_t xs = q4 ? sizeof(le_block_q4_0) : sizeof(le_block_q8_0);
+  v128_t acc = wasm_f32x4_splat(0.0f);
+  for (int64_t i = 0; i < nb; i++) {
+    v128_t p[4];
+    float dx[4];
+    for (int r = 0; r < 4; r++) {
+      const char *blk = x + r * bx + i * xs;
+      v128_t a, b;
+      x_codes(q4, blk, &a, &b);
+      p[r] = block_dot(a, b, &y[i]);
+      dx[r] = le_wasm_h2f(x_scale(q4, blk));
+    }
+    acc = step(q4, acc, hsum4(p[0], p[1], p[2], p[3]), wasm_v128_load(dx),
+               wasm_f32x4_splat(le_wasm_h2f(y[i].d)));
+  }
+  return acc;
+}
+
+/* Row x against columns 0..3 of y (by bytes apart). */
+static inline v128_t cols4(int q4, int64_t nb, const char *x, const char *y, size_t by) {
+  const size_t xs = q4 ? sizeof(le_block_q4_0) : sizeof(le_block_q8_0);
+  v128_t acc = wasm_f32x4_splat(0.0f);
+  for (int64_t i = 0; i < nb; i++) {
+    const char *blk = x + i * xs;
+    v128_t a, b;
+    x_codes(q4, blk, &a, &b);
+    v128_t p[4];
+    float dy[4];
+    for (int c = 0; c < 4; c++) {
+      const le_block_q8_0 *yb = (const le_block_q8_0 *)(y + c * by) + i;
+      p[c] = block_dot(a, b, yb);
+      dy[c] = le_wasm_h2f(yb->d);
+    }
+    acc = step(q4, acc, hsum4(p[0], p[1], p[2], p[3]), wasm_f32x4_splat(le_wasm_h2f(x_scale(q4, blk))),
+               wasm_v128_load(dy));
+  }
+  return acc;
+}
+
+/* One output (the vec_dot itself). */
+static inline float one(int q4, int64_t nb, const char *x, const le_block_q8_0 *y) {
+  const size_t xs = q4 ? sizeof(le_block_q4_0) : sizeof(le_block_q8_0);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; i++) {
+    const char *blk = x + i * xs;
+    v128_t a, b;
+    x_codes(q4, blk, &a, &b);
+    const float f = (float)le_wasm_hsum_i32x4(block_dot(a, b, &y[i]));
+    const float dx = le_wasm_h2f(x_scale(q4, blk)), dy = le_wasm_h2f(y[i].d);
+    sum += q4 ? f * dx * dy : f * (dx * dy);
+  }
+  return sum;
+}
+
+static inline void store4(float *s, size_t stride, v128_t v) {
+  s[0] = wasm_f32x4_extract_lane(v, 0);
+  s[stride] = wasm_f32x4_extract_lane(v, 1);
+  s[2 * stride] = wasm_f32x4_extract_lane(v, 2);
+  s[3 * stride] = wasm_f32x4_extract_lane(v, 3);
+}
+
+#define TILES(name, q4)                                                                            \
+  static void name##_t41(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,  \
+                         size_t by) {                                                              \
+    store4(s, 1, rows4(q4, n / LE_QK, x, bx, y));                                                  \
+  }                                                                                                \
+  static void name##_t11(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,  \
+                         size_t by) {                                                              \
+    *s = one(q4, n / LE_QK, x, y);                                                                 \
+  }                                                                                                \
+  static void name##_t44(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,  \
+                         size_t by) {                                                              \
+    for (int c = 0; c < 4; c++)                                                                    \
+      store4(s + c * bs, 1, rows4(q4, n / LE_QK, x, bx, (const le_block_q8_0 *)((const char *)y + c * by))); \
+  }                                                                                                \
+  static void name##_t14(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,  \
+                         size_t by) {                                                              \
+    store4(s, bs, cols4(q4, n / LE_QK, x, y, by));                                                 \
+  }                                                                                                \
+  const le_gemm_tiles le_##name##_tiles_wasm = {name##_t44, name##_t41, name##_t14, name##_t11};
+
+TILES(q8_0, 0)
+TILES(q4_0, 1)
+
+#else
+typedef int le_wasm_tiles_unused; /* a translation unit must declare something */
+#endif
