@@ -39,6 +39,9 @@ static inline v128_t le_wasm_dot_i8x16(v128_t a, v128_t b) {
 
 /* Q8_0 and Q4_0 mul_mat tiles in their scalar vec_dot's order (wasm_tiles.c). */
 extern const le_gemm_tiles le_q8_0_tiles_wasm, le_q4_0_tiles_wasm;
+/* Q4_K and Q6_K vec_dots in their scalar (generic C) order (wasm_simd.c). */
+void le_dot_q4_k_wasm(int64_t n, float *s, const void *vx, const void *vy);
+void le_dot_q6_k_wasm(int64_t n, float *s, const void *vx, const void *vy);
 
 static inline int32_t le_wasm_hsum_i32x4(v128_t v) {
   return wasm_i32x4_extract_lane(v, 0) + wasm_i32x4_extract_lane(v, 1) +

@@ -1,4 +1,6 @@
-/* mul_mat tiles of the wasm32 build (SIMD128) for Q8_0 and Q4_0 weights
+/* SIMD128 kernels of the wasm32 build that live outside their type's file:
+ * the Q4_K and Q6_K vec_dots (at the end) and, first, the mul_mat tiles
+ * for Q8_0 and Q4_0 weights
  * against Q8_0 activations, at the scalar level the module runs. Each
  * output is computed exactly as that level's vec_dot computes it
  * (dot_q8_0_scalar: sum += (float)isum * (d_x * d_y); dot_q4_0_scalar:
@@ -7,7 +9,7 @@
  * vector (one lane each, the same scalar operations in every lane), the
  * integer block sums of four outputs reduced together, and the activation
  * block loaded once for four weight rows. Empty outside wasm32 + SIMD128. */
-#include "q_common.h"
+#include "q_k_simd.h"
 #include "le_wasm_simd.h"
 
 #if defined(LE_WASM_SIMD)
@@ -139,6 +141,97 @@ static inline void store4(float *s, size_t stride, v128_t v) {
 
 TILES(q8_0, 0)
 TILES(q4_0, 1)
+
+/* ---- K-quants: the generic C vec_dots (llama.cpp's x64 build) with the
+ * integer lane sums in SIMD128. Element e adds into lane e % 8; the 16- and
+ * 32-element groups start at multiples of 8, so the products of elements
+ * 0..7 and 8..15 of a group go to lanes 0..7 in order, L0 holding lanes
+ * 0..3 and L1 lanes 4..7. Integer sums are exact in any order; the float
+ * steps (le_k_lanes_generic, le_k_reduce_generic) are the scalar ones, per
+ * lane. */
+
+/* Lanes += sc * (products of 16 elements: a 16-bit lane sum of elements l and l + 8). */
+static inline void lanes_add16(v128_t *l0, v128_t *l1, v128_t lo, v128_t hi, int32_t sc) {
+  const v128_t p = wasm_i16x8_add(lo, hi); /* |p| <= 2 * 4096: no overflow */
+  const v128_t s = wasm_i32x4_splat(sc);
+  *l0 = wasm_i32x4_add(*l0, wasm_i32x4_mul(wasm_i32x4_extend_low_i16x8(p), s));
+  *l1 = wasm_i32x4_add(*l1, wasm_i32x4_mul(wasm_i32x4_extend_high_i16x8(p), s));
+}
+
+/* sums[l] += d * (float)lane[l], as le_k_lanes_generic, four lanes at once. */
+static inline void lanes_float(v128_t *s0, v128_t *s1, v128_t l0, v128_t l1, float d) {
+  const v128_t dv = wasm_f32x4_splat(d);
+  *s0 = wasm_f32x4_add(*s0, wasm_f32x4_mul(dv, wasm_f32x4_convert_i32x4(l0)));
+  *s1 = wasm_f32x4_add(*s1, wasm_f32x4_mul(dv, wasm_f32x4_convert_i32x4(l1)));
+}
+
+static inline float reduce8(float sumf, v128_t s0, v128_t s1) {
+  float s[8];
+  wasm_v128_store(s, s0);
+  wasm_v128_store(s + 4, s1);
+  return le_k_reduce_generic(sumf, s);
+}
+
+/* products of 16 unsigned/signed codes (as i8) with 16 activations: low 8, high 8 */
+#define PROD16(codes, ys, lo, hi)                                        \
+  do {                                                                   \
+    lo = wasm_i16x8_extmul_low_i8x16(codes, ys);                         \
+    hi = wasm_i16x8_extmul_high_i8x16(codes, ys);                        \
+  } while (0)
+
+/* dot_q6_k_scalar */
+void le_dot_q6_k_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q6_k *x = vx;
+  const le_block_q8_k *y = vy;
+  v128_t s0 = wasm_f32x4_splat(0.0f), s1 = s0;
+  const v128_t m4 = wasm_i8x16_splat(0x0f), m3 = wasm_i8x16_splat(3), c32 = wasm_i8x16_splat(32);
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    const int8_t *sc = x[i].scales;
+    v128_t l0 = wasm_i32x4_splat(0), l1 = l0;
+    for (int c = 0; c < 8; c++) { /* 32 elements: e = 32 c + l */
+      const int h = c / 4, k = c % 4;
+      for (int half = 0; half < 2; half++) { /* l = 16 half .. 16 half + 15 */
+        const int l = 16 * half;
+        const v128_t q = wasm_v128_load(x[i].ql + 64 * h + l + 32 * (k & 1));
+        const v128_t qh = wasm_v128_load(x[i].qh + 32 * h + l);
+        const v128_t lo4 = k >= 2 ? wasm_u8x16_shr(q, 4) : wasm_v128_and(q, m4);
+        const v128_t hi2 = wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(qh, 2 * k), m3), 4);
+        const v128_t code = wasm_i8x16_sub(wasm_v128_or(lo4, hi2), c32);
+        v128_t plo, phi;
+        PROD16(code, wasm_v128_load(y[i].qs + 32 * c + l), plo, phi);
+        lanes_add16(&l0, &l1, plo, phi, sc[2 * c + half]);
+      }
+    }
+    lanes_float(&s0, &s1, l0, l1, le_wasm_h2f(x[i].d) * y[i].d);
+  }
+  *s = reduce8(0.0f, s0, s1);
+}
+
+/* dot_q4_k_scalar */
+void le_dot_q4_k_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q4_k *x = vx;
+  const le_block_q8_k *y = vy;
+  v128_t s0 = wasm_f32x4_splat(0.0f), s1 = s0;
+  float sumf = 0.0f;
+  uint8_t sc[8], m[8];
+  const v128_t m4 = wasm_i8x16_splat(0x0f);
+  for (int64_t i = 0; i < n / LE_QK_K; i++) {
+    for (int g = 0; g < 8; g++) le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
+    v128_t l0 = wasm_i32x4_splat(0), l1 = l0;
+    for (int g = 0; g < 8; g++) {
+      for (int half = 0; half < 2; half++) {
+        const v128_t b = wasm_v128_load(x[i].qs + 32 * (g / 2) + 16 * half);
+        const v128_t code = (g & 1) ? wasm_u8x16_shr(b, 4) : wasm_v128_and(b, m4);
+        v128_t plo, phi;
+        PROD16(code, wasm_v128_load(y[i].qs + 32 * g + 16 * half), plo, phi);
+        lanes_add16(&l0, &l1, plo, phi, sc[g]);
+      }
+    }
+    lanes_float(&s0, &s1, l0, l1, le_wasm_h2f(x[i].d) * y[i].d);
+    sumf -= (le_wasm_h2f(x[i].dmin) * y[i].d) * (float)le_summs_k4(m, &y[i]);
+  }
+  *s = reduce8(sumf, s0, s1);
+}
 
 #else
 typedef int le_wasm_tiles_unused; /* a translation unit must declare something */
