@@ -76,7 +76,7 @@ Deno.test({
 
 Deno.test({
   name: wasmTestName(
-    "wasm q8_0/q4_0 mul_mat tiles equal the cpu scalar level's vec_dot for any shape",
+    "wasm f16/q8_0/q4_0 mul_mat tiles equal the cpu scalar level's vec_dot for any shape",
   ),
   ignore,
   async fn() {
@@ -87,9 +87,12 @@ Deno.test({
     lib.symbols.le_set_simd_level(SimdLevel.SCALAR);
     let n = 0;
     try {
-      for (const t of [GGMLType.Q8_0, GGMLType.Q4_0]) {
-        // M % 8 == 0 takes the tiles (4-row groups, leftover columns); M = 12 the vec_dot path
-        for (const [K, M] of [[32, 8], [96, 16], [256, 24], [64, 12]]) {
+      for (const t of [GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0]) {
+        // M % 8 == 0 takes the tiles (4-row groups, leftover columns); M = 12 the vec_dot
+        // path; F16 also with K % 4 != 0 (the tiles' element tail)
+        const shapes = [[32, 8], [96, 16], [256, 24], [64, 12]];
+        if (t === GGMLType.F16) shapes.push([38, 8]);
+        for (const [K, M] of shapes) {
           for (const N of [1, 2, 3, 4, 5, 7, 9]) {
             const c: Case = {
               name: `mul_mat ${t} K${K} M${M} N${N}`,
@@ -107,7 +110,7 @@ Deno.test({
     } finally {
       lib.symbols.le_set_simd_level(SimdLevel.BEST);
     }
-    assert.equal(n, 56);
+    assert.equal(n, 91);
   },
 });
 

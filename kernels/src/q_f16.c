@@ -168,4 +168,7 @@ const le_type_traits le_traits_f16 = {
         [LE_SIMD_NEON] = dot_f16_neon,
 #endif
     },
+#if defined(LE_WASM_SIMD)
+    .gemm = {[LE_SIMD_SCALAR] = &le_f16_tiles_wasm},
+#endif
 };

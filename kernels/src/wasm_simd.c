@@ -142,6 +142,67 @@ static inline void store4(float *s, size_t stride, v128_t v) {
 TILES(q8_0, 0)
 TILES(q4_0, 1)
 
+/* ---- F16 weights against F16 activations: dot_f16_scalar per output
+ * (products in float, summed into a double element by element, in order).
+ * Four outputs run as four lanes: the products of 4 elements of 4 outputs
+ * are transposed so that each step adds one element to every output, in
+ * two f64x2 accumulators: four dependency chains instead of one. */
+
+/* t[j] = lane j of p0..p3 (the 4x4 transpose). */
+static inline void transpose4(v128_t p0, v128_t p1, v128_t p2, v128_t p3, v128_t t[4]) {
+  const v128_t a = wasm_i32x4_shuffle(p0, p1, 0, 4, 1, 5), b = wasm_i32x4_shuffle(p0, p1, 2, 6, 3, 7);
+  const v128_t c = wasm_i32x4_shuffle(p2, p3, 0, 4, 1, 5), d = wasm_i32x4_shuffle(p2, p3, 2, 6, 3, 7);
+  t[0] = wasm_i32x4_shuffle(a, c, 0, 1, 4, 5);
+  t[1] = wasm_i32x4_shuffle(a, c, 2, 3, 6, 7);
+  t[2] = wasm_i32x4_shuffle(b, d, 0, 1, 4, 5);
+  t[3] = wasm_i32x4_shuffle(b, d, 2, 3, 6, 7);
+}
+
+/* Four dots: lane k = dot(a_k, b_k) where a_k = a + k * sa, b_k = b + k * sb (halves). */
+static inline void f16_dots4(int64_t n, const uint16_t *a, size_t sa, const uint16_t *b, size_t sb,
+                             float *out, size_t so) {
+  v128_t s01 = wasm_f64x2_splat(0.0), s23 = s01;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    v128_t p[4], t[4];
+    for (int k = 0; k < 4; k++)
+      p[k] = wasm_f32x4_mul(le_wasm_h2f4(a + k * sa + i), le_wasm_h2f4(b + k * sb + i));
+    transpose4(p[0], p[1], p[2], p[3], t);
+    for (int j = 0; j < 4; j++) {
+      s01 = wasm_f64x2_add(s01, wasm_f64x2_promote_low_f32x4(t[j]));
+      s23 = wasm_f64x2_add(s23, wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(t[j], t[j], 2, 3, 0, 1)));
+    }
+  }
+  double sum[4] = {wasm_f64x2_extract_lane(s01, 0), wasm_f64x2_extract_lane(s01, 1),
+                   wasm_f64x2_extract_lane(s23, 0), wasm_f64x2_extract_lane(s23, 1)};
+  for (int k = 0; k < 4; k++) {
+    for (int64_t e = i; e < n; e++)
+      sum[k] += (double)(le_wasm_h2f(a[k * sa + e]) * le_wasm_h2f(b[k * sb + e]));
+    out[k * so] = (float)sum[k];
+  }
+}
+
+static void f16_t41(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                    size_t by) {
+  f16_dots4(n, x, bx / 2, y, 0, s, 1);
+}
+static void f16_t11(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                    size_t by) {
+  const uint16_t *a = x, *b = y;
+  double sum = 0.0;
+  for (int64_t e = 0; e < n; e++) sum += (double)(le_wasm_h2f(a[e]) * le_wasm_h2f(b[e]));
+  *s = (float)sum;
+}
+static void f16_t44(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                    size_t by) {
+  for (int c = 0; c < 4; c++) f16_dots4(n, x, bx / 2, (const uint16_t *)((const char *)y + c * by), 0, s + c * bs, 1);
+}
+static void f16_t14(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                    size_t by) {
+  f16_dots4(n, x, 0, y, by / 2, s, bs);
+}
+const le_gemm_tiles le_f16_tiles_wasm = {f16_t44, f16_t41, f16_t14, f16_t11};
+
 /* ---- K-quants: the generic C vec_dots (llama.cpp's x64 build) with the
  * integer lane sums in SIMD128. Element e adds into lane e % 8; the 16- and
  * 32-element groups start at multiples of 8, so the products of elements
