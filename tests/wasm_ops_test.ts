@@ -114,6 +114,39 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name: wasmTestName(
+    "wasm reuses an encoded node array, and copies foreign sources again each run",
+  ),
+  ignore,
+  async fn() {
+    using wasm = new WasmBackend(await wasmKernels());
+    const ref = new ReferenceBackend();
+    const n = 64, f32 = (v: number[]) => new Uint8Array(new Float32Array(v).buffer);
+    const tensor = (buf: ReturnType<typeof wasm.alloc>) => ({
+      type: GGMLType.F32,
+      ne: [n, 1, 1, 1] as [number, number, number, number],
+      nb: [4, 4 * n, 4 * n, 4 * n] as [number, number, number, number],
+      data: { buffer: buf, offset: 0 },
+    });
+    const a = wasm.alloc(4 * n), d = wasm.alloc(4 * n), foreign = ref.alloc(4 * n);
+    bufferSet(a, 0, f32(Array.from({ length: n }, (_, i) => i)));
+    const nodes = [{
+      op: Op.ADD,
+      dst: tensor(d),
+      src: [tensor(a), { ...tensor(a), data: { buffer: foreign, offset: 0 } }],
+      params: new Int32Array(16),
+    }];
+    for (const k of [1, 2, 3]) {
+      bufferSet(foreign, 0, f32(Array.from({ length: n }, () => 100 * k)));
+      bufferSet(a, 0, f32(Array.from({ length: n }, (_, i) => i + k)));
+      await wasm.compute(nodes);
+      const got = new Float32Array(bufferGet(d, 0, 4 * n).buffer);
+      assert.deepEqual(Array.from(got), Array.from({ length: n }, (_, i) => i + k + 100 * k));
+    }
+  },
+});
+
 // Copies `src` into fresh module memory; its address.
 function put(k: WasmKernels, src: Uint8Array): number {
   const a = k.alloc(src.byteLength);

@@ -49,6 +49,20 @@ export interface WasmBackendOptions {
   progress?: Progress;
 }
 
+// Command buffers kept (one per recently computed node array: graph splits alternate).
+const MAX_PROGRAMS = 4;
+
+interface Program {
+  /** The node array this buffer encodes (identity is the cache key). */
+  readonly key: readonly ExecNode[];
+  /** Module address of the records. */
+  readonly addr: number;
+  /** Node slots allocated. */
+  readonly cap: number;
+  /** The node object encoded in each slot (undefined: to be encoded). */
+  readonly encoded: (ExecNode | undefined)[];
+}
+
 /** A buffer of a {@link WasmBackend}: module memory. */
 export type WasmBuffer = LinearMemoryBuffer<"wasm">;
 
@@ -88,9 +102,8 @@ export class WasmBackend implements Backend {
   readonly #buffers = new Set<WasmBuffer>();
   // Module copies of host buffers (mapped weights), whole, made on first use.
   readonly #mirrors = new WeakMap<BackendBuffer, WasmBuffer>();
-  readonly #mirrorList: WasmBuffer[] = [];
-  // The command buffer: module memory holding the encoded nodes.
-  #cmd: { addr: number; cap: number } | null = null;
+  // Encoded command buffers (module memory), most recently used first.
+  readonly #programs: Program[] = [];
   #closed = false;
 
   /** Loads the kernels (the shared instance unless given) and creates the backend. */
@@ -140,6 +153,8 @@ export class WasmBackend implements Backend {
     if (this.#closed) return;
     const b = buf as WasmBuffer;
     if (!this.#buffers.has(b)) throw new Error("free: buffer was not allocated by this backend");
+    // encoded addresses may point into it: forget them all
+    while (this.#programs.length) this.#dropProgram(0);
     this.#release(b);
   }
 
@@ -167,7 +182,6 @@ export class WasmBackend implements Backend {
         m = this.alloc(Math.max(buf.size, 1));
         this.#copyIn(m, buf);
         this.#mirrors.set(buf, m);
-        this.#mirrorList.push(m);
       }
       return m.address + t.data.offset;
     }
@@ -188,48 +202,74 @@ export class WasmBackend implements Backend {
     }
   }
 
-  #encode(nodes: readonly ExecNode[], temps: WasmBuffer[]): number {
+  #dropProgram(k: number): void {
+    const [p] = this.#programs.splice(k, 1);
+    this.kernels.free(p.addr);
+  }
+
+  // The program for `nodes`, most recent first (a new one when unseen or too small).
+  #program(nodes: readonly ExecNode[]): Program {
+    const k = this.#programs.findIndex((p) => p.key === nodes);
+    if (k < 0 || this.#programs[k].cap < nodes.length) {
+      if (k >= 0) this.#dropProgram(k);
+      const cap = Math.max(nodes.length, 64);
+      const addr = this.kernels.alloc(cap * NODE_BYTES, "command buffer");
+      this.#programs.unshift({ key: nodes, addr, cap, encoded: [] });
+      while (this.#programs.length > MAX_PROGRAMS) this.#dropProgram(this.#programs.length - 1);
+    } else if (k > 0) {
+      this.#programs.unshift(...this.#programs.splice(k, 1));
+    }
+    return this.#programs[0];
+  }
+
+  /**
+   * The command buffer for `nodes`, validated and encoded. As in the CPU
+   * backend, a node array seen before keeps its buffer, and only nodes whose
+   * object changed since (or that read a temporary copy) are validated and
+   * encoded again; what the kernels read is what was validated. Returns the
+   * address and the slots to forget after the compute (their temporaries
+   * are freed).
+   */
+  #encode(nodes: readonly ExecNode[], temps: WasmBuffer[]): { addr: number; forget: number[] } {
+    const prog = this.#program(nodes);
+    const stale: number[] = [], forget: number[] = [];
+    for (let i = 0; i < nodes.length; i++) if (prog.encoded[i] !== nodes[i]) stale.push(i);
     // Addresses first: mirrors and temporaries allocate, which may grow the
     // memory and detach any view made before.
-    const addrs: number[][] = nodes.map((n, i) => {
+    const addrs = stale.map((i) => {
+      const n = nodes[i];
+      prog.encoded[i] = undefined; // a failure below leaves it to be checked again
       validateNode(n, i);
       const where = `node ${i}${n.name ? ` (${n.name})` : ""}`;
       const dst = n.dst.data.buffer;
       if (!this.#inModule(dst) || dst.backend !== "wasm") {
         throw new Error(`${where}: dst lies in a ${dst.backend} buffer, not wasm`);
       }
+      const before = temps.length;
       const a = [this.#addressOf(n.dst, temps, where)];
       for (let k = 0; k < n.src.length; k++) {
         a.push(this.#addressOf(n.src[k], temps, `${where} src${k}`));
       }
+      if (temps.length > before) forget.push(i);
       return a;
     });
-    if (!this.#cmd || this.#cmd.cap < nodes.length) {
-      if (this.#cmd) this.kernels.free(this.#cmd.addr);
-      this.#cmd = null;
-      const cap = Math.max(nodes.length, 64);
-      this.#cmd = { addr: this.kernels.alloc(cap * NODE_BYTES, "command buffer"), cap };
-    }
-    const base0 = this.#cmd.addr;
-    const v = new DataView(this.kernels.memory.buffer, base0, nodes.length * NODE_BYTES);
-    nodes.forEach((n, i) => {
-      const base = i * NODE_BYTES;
+    const v = new DataView(this.kernels.memory.buffer, prog.addr, nodes.length * NODE_BYTES);
+    stale.forEach((i, j) => {
+      const n = nodes[i], base = i * NODE_BYTES;
       v.setInt32(base + L.OP, n.op, true);
       v.setInt32(base + L.N_SRC, n.src.length, true);
-      writeTensorRecord(v, base + L.DST, n.dst, addrs[i][0]);
+      writeTensorRecord(v, base + L.DST, n.dst, addrs[j][0]);
       for (let k = 0; k < MAX_SRC; k++) {
-        writeTensorRecord(
-          v,
-          base + L.SRC + k * TENSOR_BYTES,
-          n.src[k],
-          n.src[k] ? addrs[i][k + 1] : 0,
-        );
+        const t = n.src[k];
+        writeTensorRecord(v, base + L.SRC + k * TENSOR_BYTES, t, t ? addrs[j][k + 1] : 0);
       }
       for (let p = 0; p < MAX_PARAMS; p++) {
         v.setInt32(base + L.PARAMS + 4 * p, n.params[p] ?? 0, true);
       }
+      prog.encoded[i] = n;
     });
-    return base0;
+    prog.encoded.length = nodes.length;
+    return { addr: prog.addr, forget };
   }
 
   /**
@@ -252,8 +292,10 @@ export class WasmBackend implements Backend {
     signal?.throwIfAborted();
     if (nodes.length === 0) return;
     const temps: WasmBuffer[] = [];
+    let forget: number[] = [];
     try {
-      const cmd = this.#encode(nodes, temps);
+      const { addr: cmd, forget: f } = this.#encode(nodes, temps);
+      forget = f;
       const ex = this.kernels.exports;
       ex.le_ctx_cancel(this.#ctx, 0);
       const rc = ex.le_graph_compute(this.#ctx, cmd, nodes.length);
@@ -264,6 +306,8 @@ export class WasmBackend implements Backend {
         );
       }
     } finally {
+      const prog = this.#programs[0];
+      if (prog?.key === nodes) { for (const i of forget) prog.encoded[i] = undefined; }
       for (const t of temps) this.#release(t);
     }
   }
@@ -272,10 +316,8 @@ export class WasmBackend implements Backend {
   [Symbol.dispose](): void {
     if (this.#closed) return;
     this.#closed = true;
-    for (const b of [...this.#buffers]) this.#release(b);
-    this.#mirrorList.length = 0;
-    if (this.#cmd) this.kernels.free(this.#cmd.addr);
-    this.#cmd = null;
+    for (const b of [...this.#buffers]) this.#release(b); // the mirrors too
+    while (this.#programs.length) this.#dropProgram(0);
     this.kernels.exports.le_ctx_free(this.#ctx);
     this.#ctx = 0;
   }
