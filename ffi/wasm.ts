@@ -188,7 +188,8 @@ async function instantiate(source: string | Uint8Array): Promise<WasmKernels> {
     try {
       bytes = await readModule(source);
     } catch (e) {
-      if (e instanceof Deno.errors.NotFound) {
+      const notFound = (globalThis as { Deno?: typeof Deno }).Deno?.errors.NotFound;
+      if (notFound && e instanceof notFound) {
         throw new WasmKernelError(`${source} not found; ${WASM_BUILD_HINT}`);
       }
       throw e;
