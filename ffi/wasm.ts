@@ -147,15 +147,38 @@ function tooBig(what: string, size: number, used: number): string {
     `${WASM32_MAX_BYTES} bytes (4 GiB) and has ${used} in use`;
 }
 
-/** Where the .wasm is looked for: `LLM_EDGE_WASM`, else this checkout's build/wasm/. */
-export function wasmPath(): string {
+/** The module's name in a published package's dist/ (`deno task build:dist`). */
+export const WASM_DIST_FILE = "llm_edge.wasm";
+
+/**
+ * Where the .wasm is looked for: `LLM_EDGE_WASM` (a path or URL), else in a
+ * checkout build/wasm/llm_edge.wasm, falling back to dist/llm_edge.wasm;
+ * in a package loaded over the network (JSR) its dist/llm_edge.wasm, fetched
+ * from the same place as the code itself.
+ */
+export function wasmPath(root: string = REPO_ROOT): string {
   let env: string | undefined;
   try {
     env = (globalThis as { Deno?: typeof Deno }).Deno?.env.get("LLM_EDGE_WASM");
   } catch {
     // no env permission: the default path
   }
-  return env || `${REPO_ROOT}/build/wasm/llm_edge.wasm`;
+  if (env) return env;
+  if (!root.startsWith("/")) {
+    return new URL(`dist/${WASM_DIST_FILE}`, root.replace(/\/?$/, "/")).href;
+  }
+  const built = `${root}/build/wasm/llm_edge.wasm`, dist = `${root}/dist/${WASM_DIST_FILE}`;
+  try {
+    Deno.statSync(built);
+    return built;
+  } catch {
+    try {
+      Deno.statSync(dist);
+      return dist;
+    } catch {
+      return built; // the error names the path to build
+    }
+  }
 }
 
 // One instance per isolate (see the module comment).
