@@ -2,6 +2,7 @@
 // (syncBelowMs), hands one run to another thread every 16 ms of such runs
 // so the event loop gets a turn, and never runs synchronously what it has
 // not seen complete. Results are the same either way.
+// A node that only moved inside its buffers is re-encoded by its addresses.
 import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
@@ -64,4 +65,28 @@ Deno.test("cpu: syncBelowMs 0 never runs on the caller's thread", async () => {
     assert.equal(cpu.lastComputeSync, false);
   }
   assert.throws(() => new CpuBackend({ library: lib, syncBelowMs: -1 }), RangeError);
+});
+
+Deno.test("cpu: a node moved inside its buffer is re-encoded at its new place; out of it, refused", async () => {
+  using cpu = new CpuBackend({ threads: 1, library: lib });
+  const { nodes, bytes } = addNodes(cpu);
+  const [n] = nodes;
+  await cpu.compute(nodes);
+  // The same op, params, shapes and buffer, src0 64 bytes further (as a KV
+  // store moves to the next cell): only its address changes.
+  const moved = (offset: number): ExecNode[] => [{
+    ...n,
+    src: [{ ...n.src[0], data: { buffer: n.src[0].data.buffer, offset } }, n.src[1]],
+  }];
+  const f = new Float32Array(bytes.buffer, bytes.byteOffset, 192);
+  f.fill(0, 128);
+  await cpu.compute(moved(64));
+  const want = Array.from({ length: 64 }, (_, i) => f[16 + i] + f[64 + i]);
+  assert.deepEqual(sums(bytes), want, "src0 read at its new offset");
+  // Past the buffer's end: the full validation runs and names the extent.
+  assert.throws(() => cpu.computeSync(moved(640)), /node 0.* src0: extent \[640, 896\)/);
+  // The refused node was not left encoded: the original runs again.
+  f.fill(0, 128);
+  cpu.computeSync(nodes);
+  assert.deepEqual(sums(bytes), Array.from({ length: 64 }, (_, i) => 1001 * i));
 });

@@ -8,7 +8,8 @@
  */
 import { MAX_PARAMS, MAX_SRC, opSupported } from "../graph/ops.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
-import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
+import { byteExtent, HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
+import { ggmlTypeInfo } from "../ggml/types.ts";
 import { validateNode } from "./validate.ts";
 import { loadLibrary, loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
 import {
@@ -19,7 +20,7 @@ import {
   TENSOR_BYTES,
   writeTensorRecord,
 } from "../../ffi/symbols.ts";
-import { address, cString, detachNative, nativeBytes } from "../../ffi/pointers.ts";
+import { address, cString, detachNative, nativeBytes, setAddress } from "../../ffi/pointers.ts";
 
 /** Options of {@linkcode CpuBackend}. */
 export interface CpuBackendOptions {
@@ -97,6 +98,20 @@ interface Program {
   readonly encoded: (ExecNode | undefined)[];
   /** Milliseconds its last run took (Infinity: not run yet). */
   lastMs: number;
+}
+
+// Same type, shape and stride arrays (the same objects) and buffer.
+function sameLayout(a: ResolvedTensor, b: ResolvedTensor): boolean {
+  return a.type === b.type && a.ne === b.ne && a.nb === b.nb && a.data.buffer === b.data.buffer;
+}
+
+// The tensor's bytes lie inside its buffer (checkTensor's memory rule).
+function inBuffer(t: ResolvedTensor): boolean {
+  const off = t.data.offset;
+  const info = ggmlTypeInfo(t.type);
+  if (!info || !Number.isSafeInteger(off) || off < 0) return false;
+  const ext = byteExtent(info, t.ne, t.nb);
+  return Number.isSafeInteger(ext) && off + ext <= t.data.buffer.size;
 }
 
 /** Raised when a disposed CPU backend is used. */
@@ -276,13 +291,23 @@ export class CpuBackend implements Backend {
       this.#s.programs.unshift(...this.#s.programs.splice(k, 1));
     }
     const prog = this.#s.programs[0];
-    const stale: number[] = [];
-    for (let i = 0; i < nodes.length; i++) if (prog.encoded[i] !== nodes[i]) stale.push(i);
-    for (const i of stale) {
-      prog.encoded[i] = undefined; // a failure below leaves it to be checked again
-      validateNode(nodes[i], i);
-    }
     const v = prog.view;
+    let stale: number[] | null = null;
+    for (let i = 0; i < nodes.length; i++) {
+      const prev = prog.encoded[i], n = nodes[i];
+      if (prev === n) continue;
+      prog.encoded[i] = undefined; // a failure below leaves it to be checked again
+      if (prev && this.#moveNode(v, i, prev, n)) {
+        prog.encoded[i] = n;
+        continue;
+      }
+      (stale ??= []).push(i);
+    }
+    if (!stale) {
+      prog.encoded.length = nodes.length;
+      return prog.ptr;
+    }
+    for (const i of stale) validateNode(nodes[i], i);
     for (const i of stale) {
       const n = nodes[i], base = i * NODE_BYTES, where = `node ${i}`;
       v.setInt32(base + L.OP, n.op, true);
@@ -298,6 +323,34 @@ export class CpuBackend implements Backend {
     }
     prog.encoded.length = nodes.length;
     return prog.ptr;
+  }
+
+  /**
+   * Re-encodes node `i` when it differs from `prev` (validated and encoded in
+   * that slot) only in where its tensors lie inside the same buffers, as a
+   * KV store moved to the next cell does every decode step: the op, params,
+   * types and shape arrays are the same objects, so only the new extents
+   * need checking against their buffers and only the addresses rewriting.
+   * Returns false (nothing written) when anything else differs or a check
+   * fails; the caller then validates and encodes the node in full.
+   */
+  #moveNode(v: DataView, i: number, prev: ExecNode, n: ExecNode): boolean {
+    const ns = n.src.length;
+    if (prev.op !== n.op || prev.params !== n.params || prev.src.length !== ns) return false;
+    if (!sameLayout(prev.dst, n.dst)) return false;
+    for (let s = 0; s < ns; s++) if (!sameLayout(prev.src[s], n.src[s])) return false;
+    if (!inBuffer(n.dst)) return false;
+    for (let s = 0; s < ns; s++) if (!inBuffer(n.src[s])) return false;
+    const base = i * NODE_BYTES, where = `node ${i}`;
+    this.#writeAddress(v, base + L.DST, n.dst, where);
+    for (let s = 0; s < ns; s++) {
+      this.#writeAddress(v, base + L.SRC + s * TENSOR_BYTES, n.src[s], where);
+    }
+    return true;
+  }
+
+  #writeAddress(v: DataView, off: number, t: ResolvedTensor, where: string): void {
+    setAddress(v, off + L.T_DATA, this.#bufAddress(t.data.buffer, where) + t.data.offset);
   }
 
   #newProgram(nodes: readonly ExecNode[]): Program {

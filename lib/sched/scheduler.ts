@@ -224,22 +224,28 @@ export class Scheduler implements Disposable {
     return bufferGet(loc.buffer, loc.offset, t.nbytes);
   }
 
-  /** Values of an F32 or F16 tensor in ggml order (strides honoured), copied out. */
-  read(t: Tensor): Float32Array {
+  /**
+   * Values of an F32 or F16 tensor in ggml order (strides honoured), copied
+   * out: into `into` when given (exactly nelements long), else a new array.
+   */
+  read(t: Tensor, into?: Float32Array): Float32Array {
     const loc = this.#location(t);
     if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16) {
       throw new GraphError(`read: ${t.describe()} is not F32/F16`);
     }
+    if (into && into.length !== t.nelements) {
+      throw new GraphError(`read: ${t.describe()} has ${t.nelements} values, got ${into.length}`);
+    }
     if (t.type === GGMLType.F32 && LITTLE_ENDIAN && t.isContiguous) {
       // One copy of the bytes, straight into the floats (logits: nVocab values per token).
-      const out = new Float32Array(t.nelements);
-      bufferGet(loc.buffer, loc.offset, new Uint8Array(out.buffer));
+      const out = into ?? new Float32Array(t.nelements);
+      bufferGet(loc.buffer, loc.offset, new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
       return out;
     }
     // The bytes the tensor spans, then its elements picked out by stride.
     const bytes = bufferGet(loc.buffer, loc.offset, t.nbytes);
     const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const out = new Float32Array(t.nelements);
+    const out = into ?? new Float32Array(t.nelements);
     const [n0, n1, n2, n3] = t.ne;
     const [s0, s1, s2, s3] = t.nb;
     let k = 0;
