@@ -96,6 +96,8 @@ interface Program {
   readonly view: DataView;
   /** The node object encoded in each slot (undefined: slot to be encoded). */
   readonly encoded: (ExecNode | undefined)[];
+  /** Byte extents of each slot's dst and sources (EXT_PER_NODE per slot), for {@link CpuBackend.#moveNode}. */
+  readonly ext: Float64Array;
   /** Milliseconds its last run took (Infinity: not run yet). */
   lastMs: number;
 }
@@ -105,13 +107,18 @@ function sameLayout(a: ResolvedTensor, b: ResolvedTensor): boolean {
   return a.type === b.type && a.ne === b.ne && a.nb === b.nb && a.data.buffer === b.data.buffer;
 }
 
-// The tensor's bytes lie inside its buffer (checkTensor's memory rule).
-function inBuffer(t: ResolvedTensor): boolean {
+// Extents kept per node slot: dst, then the sources.
+const EXT_PER_NODE = 1 + MAX_SRC;
+
+// Bytes a validated tensor spans from its offset.
+function extentOf(t: ResolvedTensor): number {
+  return byteExtent(ggmlTypeInfo(t.type)!, t.ne, t.nb);
+}
+
+// The `ext` bytes at the tensor's offset lie inside its buffer (checkTensor's memory rule).
+function inBuffer(t: ResolvedTensor, ext: number): boolean {
   const off = t.data.offset;
-  const info = ggmlTypeInfo(t.type);
-  if (!info || !Number.isSafeInteger(off) || off < 0) return false;
-  const ext = byteExtent(info, t.ne, t.nb);
-  return Number.isSafeInteger(ext) && off + ext <= t.data.buffer.size;
+  return Number.isSafeInteger(off) && off >= 0 && off + ext <= t.data.buffer.size;
 }
 
 /** Raised when a disposed CPU backend is used. */
@@ -297,7 +304,7 @@ export class CpuBackend implements Backend {
       const prev = prog.encoded[i], n = nodes[i];
       if (prev === n) continue;
       prog.encoded[i] = undefined; // a failure below leaves it to be checked again
-      if (prev && this.#moveNode(v, i, prev, n)) {
+      if (prev && this.#moveNode(prog, i, prev, n)) {
         prog.encoded[i] = n;
         continue;
       }
@@ -310,6 +317,9 @@ export class CpuBackend implements Backend {
     for (const i of stale) validateNode(nodes[i], i);
     for (const i of stale) {
       const n = nodes[i], base = i * NODE_BYTES, where = `node ${i}`;
+      const e = i * EXT_PER_NODE;
+      prog.ext[e] = extentOf(n.dst);
+      for (let s = 0; s < n.src.length; s++) prog.ext[e + 1 + s] = extentOf(n.src[s]);
       v.setInt32(base + L.OP, n.op, true);
       v.setInt32(base + L.N_SRC, n.src.length, true);
       this.#encodeTensor(v, base + L.DST, n.dst, where);
@@ -334,13 +344,14 @@ export class CpuBackend implements Backend {
    * Returns false (nothing written) when anything else differs or a check
    * fails; the caller then validates and encodes the node in full.
    */
-  #moveNode(v: DataView, i: number, prev: ExecNode, n: ExecNode): boolean {
-    const ns = n.src.length;
+  #moveNode(prog: Program, i: number, prev: ExecNode, n: ExecNode): boolean {
+    const ns = n.src.length, v = prog.view, e = i * EXT_PER_NODE;
     if (prev.op !== n.op || prev.params !== n.params || prev.src.length !== ns) return false;
     if (!sameLayout(prev.dst, n.dst)) return false;
     for (let s = 0; s < ns; s++) if (!sameLayout(prev.src[s], n.src[s])) return false;
-    if (!inBuffer(n.dst)) return false;
-    for (let s = 0; s < ns; s++) if (!inBuffer(n.src[s])) return false;
+    // The extents are those computed when `prev` was encoded (same layouts).
+    if (!inBuffer(n.dst, prog.ext[e])) return false;
+    for (let s = 0; s < ns; s++) if (!inBuffer(n.src[s], prog.ext[e + 1 + s])) return false;
     const base = i * NODE_BYTES, where = `node ${i}`;
     this.#writeAddress(v, base + L.DST, n.dst, where);
     for (let s = 0; s < ns; s++) {
@@ -359,7 +370,8 @@ export class CpuBackend implements Backend {
     if (ptr === null) throw new RangeError(`command buffer: ${this.#s.lib.lastError()}`);
     const bytes = nativeBytes(ptr, cap * NODE_BYTES);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    return { key: nodes, ptr, cap, view, encoded: [], lastMs: Infinity };
+    const ext = new Float64Array(cap * EXT_PER_NODE);
+    return { key: nodes, ptr, cap, view, encoded: [], ext, lastMs: Infinity };
   }
 
   #dropProgram(k: number): void {

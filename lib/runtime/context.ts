@@ -488,7 +488,8 @@ export class Context implements Disposable, AsyncDisposable {
     if (n === 0) throw new ContextError("decode: no tokens");
     // validateDecode checked every id is an integer in 0..nVocab-1, so the
     // get_rows indices the kernels read are exact.
-    const ids = Int32Array.from(tokens);
+    const ids = new Int32Array(n); // a plain loop: Int32Array.from iterates (slow before the JIT warms)
+    for (let i = 0; i < n; i++) ids[i] = tokens[i];
     if (!this.hasMemory) checkEncoderInput(this, n);
     else if (this.nPast + n > this.nCtx) {
       throw new ContextError(

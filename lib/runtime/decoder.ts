@@ -96,6 +96,7 @@ export class Decoder {
   readonly #isOpen: () => boolean;
   #splitter = new BatchSplitter();
   readonly #rows = new RowSlab();
+  readonly #oneOut = new Int32Array(1);
   // The KQ mask, kept between steps (a one-token step rewrites only changed cells).
   readonly #kqMask = new KqMask();
   // The mask of architectures without a cache (whole input, rebuilt per call).
@@ -308,7 +309,7 @@ export class Decoder {
     const rs = this.#rs;
     const nKv = kv ? kv.nKv() : rs ? 1 : ub.nTokens;
     const outRows: number[] = [];
-    ub.output.forEach((f, i) => f && outRows.push(i));
+    for (let i = 0; i < ub.nTokens; i++) if (ub.output[i]) outRows.push(i);
     const sched = this.#sched;
     // A step shaped like the last one reuses its graph, plan and encoded
     // nodes; only the inputs and the cells the keys and values land in change.
@@ -366,7 +367,12 @@ export class Decoder {
         sched.setInput(io.mask, this.#mask);
       }
     }
-    if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
+    if (io.outIds) {
+      // One output row (a decode step): the same one-element array every time.
+      const ids = outRows.length === 1 ? this.#oneOut : new Int32Array(outRows.length);
+      for (let i = 0; i < outRows.length; i++) ids[i] = outRows[i];
+      sched.setInput(io.outIds, ids);
+    }
     await sched.compute(signal);
     signal.throwIfAborted(); // the flag may have come after the last node
     this.lastTaps.clear();
