@@ -28,24 +28,34 @@
 #include <stdlib.h>
 #include <time.h>
 
+#ifndef LE_SPIN
 #define LE_SPIN 4096
+#endif
 /* A worker waiting for the next compute polls this long (ns) before it
  * sleeps: a decode step's TypeScript between two computes takes well under
  * this, so the worker is running when the next one starts, instead of
  * being woken through the kernel (tens of microseconds, more in a VM) at
  * the start of every token. An idle context burns at most this much CPU
  * per compute, like ggml's polling threadpool. */
+#ifndef LE_POLL_NS
 #define LE_POLL_NS 2000000.0
+#endif
 /* A barrier polls this long (ns) after its spin before it sleeps. */
+#ifndef LE_BARRIER_POLL_NS
 #define LE_BARRIER_POLL_NS 1000000.0
+#endif
 
 /* Most nodes that may run between two barriers (bounds plan_barriers' work). */
 #define LE_GROUP_MAX 8
 /* Nodes at most this big run on thread 0 alone (see le_solo): elements of
  * dst, or multiply-adds of a mul_mat. Waking a second thread and waiting for
  * it costs more than the work. */
+#ifndef LE_SOLO_ELEMS
 #define LE_SOLO_ELEMS 4096
+#endif
+#ifndef LE_SOLO_MACS
 #define LE_SOLO_MACS 32768
+#endif
 
 /* ctx->sync bits per node */
 enum { LE_SYNC_BEFORE = 1, LE_SYNC_SOLO = 2 };
