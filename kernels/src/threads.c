@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #ifndef LE_SPIN
@@ -333,6 +334,10 @@ static void plan_barriers(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
   le_scratch use[LE_GROUP_MAX];
   int ng = 0;
   const int nth = ctx->n_threads;
+  if (nth == 1) { /* nothing runs concurrently: every node "after a barrier", none solo */
+    if (n_nodes > 0) memset(ctx->sync, LE_SYNC_BEFORE, (size_t)n_nodes);
+    return;
+  }
   for (int i = 0; i < n_nodes; i++) {
     const le_node *n = &nodes[i];
     const int solo = nth > 1 && le_solo(n);
