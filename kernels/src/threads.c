@@ -83,15 +83,25 @@ struct le_ctx {
   int n_nodes;
   void *wdata;
   size_t wsize;
+  /* The barrier's counter (written by every arriving thread), the
+   * generation the waiting threads spin on, and the flags every chunk reads
+   * each on a cache line of their own (at least 64 bytes apart whatever the
+   * allocation's alignment), as ggml keeps n_barrier and n_barrier_passed:
+   * a waiter's spinning reads would otherwise contend with each arrival's
+   * write, and the chunk loop's reads of `cancel` with both. */
   atomic_int job_gen;
   atomic_int stop;
+  char pad0[64];
   atomic_int bar_count;
+  char pad1[64];
   atomic_int bar_gen;
   atomic_int sleepers;
+  char pad2[64];
   atomic_int busy;
   atomic_int failed;
   atomic_int cancel;   /* set by le_ctx_cancel; read by every thread */
   atomic_int stopping; /* the barrier's decision to stop (see le_sync_stop) */
+  char pad3[64];
   le_chunk *chunks;    /* per node, zeroed before each compute */
   uint8_t *sync;       /* per node: 1 = barrier before it */
   int32_t cap_nodes;   /* entries of chunks and sync */
