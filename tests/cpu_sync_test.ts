@@ -1,7 +1,8 @@
 // CpuBackend runs a node array synchronously once a run of it was short
-// (syncBelowMs), hands one run to another thread every 16 ms of such runs
-// so the event loop gets a turn, and never runs synchronously what it has
-// not seen complete. Results are the same either way.
+// (syncBelowMs), lets the event loop take a turn every 16 ms of such runs,
+// and never runs synchronously what it has not seen complete. Results are
+// the same either way.
+// A node that only moved inside its buffers is re-encoded by its addresses.
 import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
@@ -44,16 +45,21 @@ Deno.test("cpu: a short graph runs synchronously after its first run, yielding e
   assert.equal(cpu.lastComputeSync, true, "short: on this thread");
   assert.deepEqual(sums(bytes), Array.from({ length: 64 }, (_, i) => 1001 * i), "done on return");
   await p;
-  // Runs of a few microseconds: one of them goes to another thread within
-  // 16 ms (and a bit) of synchronous work.
+  // Runs of a few microseconds, awaited back to back (resolved promises
+  // alone never yield to the event loop): within 16 ms (and a bit) of them
+  // the event loop takes a turn, so a timer fires, and every run stays on
+  // this thread.
   const t0 = performance.now();
-  let asyncSeen = false;
-  while (!asyncSeen && performance.now() - t0 < 2000) {
+  let fired = false, allSync = true;
+  setTimeout(() => fired = true, 0);
+  while (!fired && performance.now() - t0 < 2000) {
     await cpu.compute(nodes);
-    asyncSeen = !cpu.lastComputeSync;
+    allSync &&= cpu.lastComputeSync;
   }
-  assert.ok(asyncSeen, "an asynchronous run came within the slice");
-  assert.ok(performance.now() - t0 < 1000, "and not long after it");
+  assert.ok(fired, "a timer ran between the computes");
+  assert.ok(performance.now() - t0 < 1000, "within the slice and not long after it");
+  assert.ok(allSync, "short runs after the event loop's turn run on this thread too");
+  assert.deepEqual(sums(bytes), Array.from({ length: 64 }, (_, i) => 1001 * i));
 });
 
 Deno.test("cpu: syncBelowMs 0 never runs on the caller's thread", async () => {
@@ -64,4 +70,28 @@ Deno.test("cpu: syncBelowMs 0 never runs on the caller's thread", async () => {
     assert.equal(cpu.lastComputeSync, false);
   }
   assert.throws(() => new CpuBackend({ library: lib, syncBelowMs: -1 }), RangeError);
+});
+
+Deno.test("cpu: a node moved inside its buffer is re-encoded at its new place; out of it, refused", async () => {
+  using cpu = new CpuBackend({ threads: 1, library: lib });
+  const { nodes, bytes } = addNodes(cpu);
+  const [n] = nodes;
+  await cpu.compute(nodes);
+  // The same op, params, shapes and buffer, src0 64 bytes further (as a KV
+  // store moves to the next cell): only its address changes.
+  const moved = (offset: number): ExecNode[] => [{
+    ...n,
+    src: [{ ...n.src[0], data: { buffer: n.src[0].data.buffer, offset } }, n.src[1]],
+  }];
+  const f = new Float32Array(bytes.buffer, bytes.byteOffset, 192);
+  f.fill(0, 128);
+  await cpu.compute(moved(64));
+  const want = Array.from({ length: 64 }, (_, i) => f[16 + i] + f[64 + i]);
+  assert.deepEqual(sums(bytes), want, "src0 read at its new offset");
+  // Past the buffer's end: the full validation runs and names the extent.
+  assert.throws(() => cpu.computeSync(moved(640)), /node 0.* src0: extent \[640, 896\)/);
+  // The refused node was not left encoded: the original runs again.
+  f.fill(0, 128);
+  cpu.computeSync(nodes);
+  assert.deepEqual(sums(bytes), Array.from({ length: 64 }, (_, i) => 1001 * i));
 });

@@ -16,6 +16,8 @@
 #define BLK_ROWS 16
 #define PANEL_ROWS 48 /* a multiple of the panels' 1- and 3-row tiles */
 #define BLK_COLS 8
+/* Base blocks per unit of a matrix-vector product (64 rows, ggml's chunk). */
+#define MV_BLOCKS 4
 #define BLK_COLS_TILE 16
 #ifndef PF_ROWS
 #define PF_ROWS 32
@@ -216,12 +218,25 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   }
 
   const le_gemm_tiles *gt = panel || d->nb[1] % 4 ? NULL : tiles_for(n, t);
-  const int64_t blk_rows = panel ? PANEL_ROWS : BLK_ROWS;
+  /* Units of whole base blocks (rows aligned as with one block per unit, so
+   * every row meets the same tile wherever the unit boundaries fall), sized
+   * as ggml sizes its chunks: a matrix-vector product takes 64 rows at a
+   * time, and a node with fewer than 4 units per thread is cut into one unit
+   * per thread. Each unit taken costs an atomic on a line all threads
+   * contend for, which on a small model's decode step cost more than the
+   * work split (16-row units: ~1200 per tolstoy-6m token). */
+  const int64_t base = panel ? PANEL_ROWS : BLK_ROWS;
+  const int64_t nbase = (M + base - 1) / base, planes = ne12 * ne13;
+  int64_t per = ne11 == 1 && !panel ? MV_BLOCKS : 1;
+  if ((nbase + per - 1) / per * planes < 4 * p->nth && planes < p->nth)
+    per = (nbase + p->nth - 1) / p->nth;
+  const int64_t blk_rows = per * base;
   const int64_t nrb = (M + blk_rows - 1) / blk_rows;
-  const int64_t units = nrb * ne12 * ne13;
-  /* Units are handed out dynamically: a thread that another process
-   * preempts does not hold the others up at the barrier. */
-  for (int64_t u = le_next_chunk(p->ctx); u < units; u = le_next_chunk(p->ctx)) {
+  const int64_t units = nrb * planes;
+  /* Each thread starts with unit ith, then takes the next free one: a
+   * thread that another process preempts leaves its later units to the
+   * others (ggml's current_chunk starts at nth the same way). */
+  for (int64_t u = p->ith; u < units; u = p->nth + le_next_chunk(p->ctx)) {
     const int64_t plane = u / nrb, rb = u % nrb;
     const int64_t i12 = plane % ne12, i13 = plane / ne12;
     const char *arow = (const char *)(uintptr_t)a->data + (i12 / r2) * a->nb[2] + (i13 / r3) * a->nb[3];

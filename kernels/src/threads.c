@@ -31,26 +31,37 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#ifndef LE_SPIN
 #define LE_SPIN 4096
+#endif
 /* A worker waiting for the next compute polls this long (ns) before it
  * sleeps: a decode step's TypeScript between two computes takes well under
  * this, so the worker is running when the next one starts, instead of
  * being woken through the kernel (tens of microseconds, more in a VM) at
  * the start of every token. An idle context burns at most this much CPU
  * per compute, like ggml's polling threadpool. */
+#ifndef LE_POLL_NS
 #define LE_POLL_NS 2000000.0
+#endif
 /* A barrier polls this long (ns) after its spin before it sleeps. */
+#ifndef LE_BARRIER_POLL_NS
 #define LE_BARRIER_POLL_NS 1000000.0
+#endif
 
 /* Most nodes that may run between two barriers (bounds plan_barriers' work). */
 #define LE_GROUP_MAX 8
 /* Nodes at most this big run on thread 0 alone (see le_solo): elements of
  * dst, or multiply-adds of a mul_mat. Waking a second thread and waiting for
  * it costs more than the work. */
+#ifndef LE_SOLO_ELEMS
 #define LE_SOLO_ELEMS 4096
+#endif
+#ifndef LE_SOLO_MACS
 #define LE_SOLO_MACS 32768
+#endif
 
 /* ctx->sync bits per node */
 enum { LE_SYNC_BEFORE = 1, LE_SYNC_SOLO = 2 };
@@ -77,15 +88,25 @@ struct le_ctx {
   int n_nodes;
   void *wdata;
   size_t wsize;
+  /* The barrier's counter (written by every arriving thread), the
+   * generation the waiting threads spin on, and the flags every chunk reads
+   * each on a cache line of their own (at least 64 bytes apart whatever the
+   * allocation's alignment), as ggml keeps n_barrier and n_barrier_passed:
+   * a waiter's spinning reads would otherwise contend with each arrival's
+   * write, and the chunk loop's reads of `cancel` with both. */
   atomic_int job_gen;
   atomic_int stop;
+  char pad0[64];
   atomic_int bar_count;
+  char pad1[64];
   atomic_int bar_gen;
   atomic_int sleepers;
+  char pad2[64];
   atomic_int busy;
   atomic_int failed;
   atomic_int cancel;   /* set by le_ctx_cancel; read by every thread */
   atomic_int stopping; /* the barrier's decision to stop (see le_sync_stop) */
+  char pad3[64];
   le_chunk *chunks;    /* per node, zeroed before each compute */
   uint8_t *sync;       /* per node: 1 = barrier before it */
   int32_t cap_nodes;   /* entries of chunks and sync */
@@ -328,6 +349,10 @@ static void plan_barriers(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
   le_scratch use[LE_GROUP_MAX];
   int ng = 0;
   const int nth = ctx->n_threads;
+  if (nth == 1) { /* nothing runs concurrently: every node "after a barrier", none solo */
+    if (n_nodes > 0) memset(ctx->sync, LE_SYNC_BEFORE, (size_t)n_nodes);
+    return;
+  }
   for (int i = 0; i < n_nodes; i++) {
     const le_node *n = &nodes[i];
     const int solo = nth > 1 && le_solo(n);

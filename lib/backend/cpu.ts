@@ -8,7 +8,8 @@
  */
 import { MAX_PARAMS, MAX_SRC, opSupported } from "../graph/ops.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
-import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
+import { byteExtent, HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
+import { ggmlTypeInfo } from "../ggml/types.ts";
 import { validateNode } from "./validate.ts";
 import { loadLibrary, loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
 import {
@@ -19,7 +20,7 @@ import {
   TENSOR_BYTES,
   writeTensorRecord,
 } from "../../ffi/symbols.ts";
-import { address, cString, detachNative, nativeBytes } from "../../ffi/pointers.ts";
+import { address, cString, detachNative, nativeBytes, setAddress } from "../../ffi/pointers.ts";
 
 /** Options of {@linkcode CpuBackend}. */
 export interface CpuBackendOptions {
@@ -39,9 +40,9 @@ export interface CpuBackendOptions {
 
 /** Default of {@link CpuBackendOptions.syncBelowMs}. */
 export const SYNC_BELOW_MS = 3;
-// Synchronous runs in a row at most this long (ms) before one runs on
-// another thread, so the event loop (I/O, timers, abort signals) gets a
-// turn: awaiting resolved promises never yields to it.
+// Synchronous runs in a row at most this long (ms) before the event loop
+// (I/O, timers, abort signals) gets a turn: awaiting resolved promises
+// never yields to it.
 const SYNC_SLICE_MS = 16;
 
 /**
@@ -95,8 +96,46 @@ interface Program {
   readonly view: DataView;
   /** The node object encoded in each slot (undefined: slot to be encoded). */
   readonly encoded: (ExecNode | undefined)[];
+  /** Byte extents of each slot's dst and sources (EXT_PER_NODE per slot), for {@link CpuBackend.#moveNode}. */
+  readonly ext: Float64Array;
   /** Milliseconds its last run took (Infinity: not run yet). */
   lastMs: number;
+}
+
+// Same type, shape and stride arrays (the same objects) and buffer.
+function sameLayout(a: ResolvedTensor, b: ResolvedTensor): boolean {
+  return a.type === b.type && a.ne === b.ne && a.nb === b.nb && a.data.buffer === b.data.buffer;
+}
+
+// Extents kept per node slot: dst, then the sources.
+const EXT_PER_NODE = 1 + MAX_SRC;
+
+// Bytes a validated tensor spans from its offset.
+function extentOf(t: ResolvedTensor): number {
+  return byteExtent(ggmlTypeInfo(t.type)!, t.ne, t.nb);
+}
+
+// The `ext` bytes at the tensor's offset lie inside its buffer (checkTensor's memory rule).
+function inBuffer(t: ResolvedTensor, ext: number): boolean {
+  const off = t.data.offset;
+  return Number.isSafeInteger(off) && off >= 0 && off + ext <= t.data.buffer.size;
+}
+
+// One turn of the event loop (timers, I/O and abort events run), through a
+// message to ourselves: about a hundred microseconds, where a compute handed
+// to another thread costs several hundred. A channel per turn, closed when
+// its message arrives: Deno re-references a port once it has received a
+// message, and a referenced port would keep the process alive.
+function eventLoopTurn(): Promise<void> {
+  const { port1, port2 } = new MessageChannel();
+  const { promise, resolve } = Promise.withResolvers<void>();
+  port1.onmessage = () => {
+    port1.close();
+    resolve();
+  };
+  port2.postMessage(null);
+  port2.close();
+  return promise;
 }
 
 /** Raised when a disposed CPU backend is used. */
@@ -276,15 +315,28 @@ export class CpuBackend implements Backend {
       this.#s.programs.unshift(...this.#s.programs.splice(k, 1));
     }
     const prog = this.#s.programs[0];
-    const stale: number[] = [];
-    for (let i = 0; i < nodes.length; i++) if (prog.encoded[i] !== nodes[i]) stale.push(i);
-    for (const i of stale) {
-      prog.encoded[i] = undefined; // a failure below leaves it to be checked again
-      validateNode(nodes[i], i);
-    }
     const v = prog.view;
+    let stale: number[] | null = null;
+    for (let i = 0; i < nodes.length; i++) {
+      const prev = prog.encoded[i], n = nodes[i];
+      if (prev === n) continue;
+      prog.encoded[i] = undefined; // a failure below leaves it to be checked again
+      if (prev && this.#moveNode(prog, i, prev, n)) {
+        prog.encoded[i] = n;
+        continue;
+      }
+      (stale ??= []).push(i);
+    }
+    if (!stale) {
+      prog.encoded.length = nodes.length;
+      return prog.ptr;
+    }
+    for (const i of stale) validateNode(nodes[i], i);
     for (const i of stale) {
       const n = nodes[i], base = i * NODE_BYTES, where = `node ${i}`;
+      const e = i * EXT_PER_NODE;
+      prog.ext[e] = extentOf(n.dst);
+      for (let s = 0; s < n.src.length; s++) prog.ext[e + 1 + s] = extentOf(n.src[s]);
       v.setInt32(base + L.OP, n.op, true);
       v.setInt32(base + L.N_SRC, n.src.length, true);
       this.#encodeTensor(v, base + L.DST, n.dst, where);
@@ -300,13 +352,43 @@ export class CpuBackend implements Backend {
     return prog.ptr;
   }
 
+  /**
+   * Re-encodes node `i` when it differs from `prev` (validated and encoded in
+   * that slot) only in where its tensors lie inside the same buffers, as a
+   * KV store moved to the next cell does every decode step: the op, params,
+   * types and shape arrays are the same objects, so only the new extents
+   * need checking against their buffers and only the addresses rewriting.
+   * Returns false (nothing written) when anything else differs or a check
+   * fails; the caller then validates and encodes the node in full.
+   */
+  #moveNode(prog: Program, i: number, prev: ExecNode, n: ExecNode): boolean {
+    const ns = n.src.length, v = prog.view, e = i * EXT_PER_NODE;
+    if (prev.op !== n.op || prev.params !== n.params || prev.src.length !== ns) return false;
+    if (!sameLayout(prev.dst, n.dst)) return false;
+    for (let s = 0; s < ns; s++) if (!sameLayout(prev.src[s], n.src[s])) return false;
+    // The extents are those computed when `prev` was encoded (same layouts).
+    if (!inBuffer(n.dst, prog.ext[e])) return false;
+    for (let s = 0; s < ns; s++) if (!inBuffer(n.src[s], prog.ext[e + 1 + s])) return false;
+    const base = i * NODE_BYTES, where = `node ${i}`;
+    this.#writeAddress(v, base + L.DST, n.dst, where);
+    for (let s = 0; s < ns; s++) {
+      this.#writeAddress(v, base + L.SRC + s * TENSOR_BYTES, n.src[s], where);
+    }
+    return true;
+  }
+
+  #writeAddress(v: DataView, off: number, t: ResolvedTensor, where: string): void {
+    setAddress(v, off + L.T_DATA, this.#bufAddress(t.data.buffer, where) + t.data.offset);
+  }
+
   #newProgram(nodes: readonly ExecNode[]): Program {
     const cap = Math.max(nodes.length, 64);
     const ptr = this.#s.lib.symbols.le_alloc(BigInt(cap * NODE_BYTES), 64n);
     if (ptr === null) throw new RangeError(`command buffer: ${this.#s.lib.lastError()}`);
     const bytes = nativeBytes(ptr, cap * NODE_BYTES);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    return { key: nodes, ptr, cap, view, encoded: [], lastMs: Infinity };
+    const ext = new Float64Array(cap * EXT_PER_NODE);
+    return { key: nodes, ptr, cap, view, encoded: [], ext, lastMs: Infinity };
   }
 
   #dropProgram(k: number): void {
@@ -337,14 +419,16 @@ export class CpuBackend implements Backend {
    * the kernels stop at their next node or row chunk and the promise
    * rejects with the signal's reason. A shorter one runs on this thread
    * (a decode step of a small model: the thread hop would cost a good part
-   * of the step), and every `SYNC_SLICE_MS` of such runs one goes to
-   * another thread so that the event loop gets its turn. Calls on one
-   * backend are queued, as they share the command buffer.
+   * of the step), and every `SYNC_SLICE_MS` of such runs the event loop
+   * takes a turn first (a message to ourselves). Calls on one backend are
+   * queued, as they share the command buffer.
    */
   compute(nodes: readonly ExecNode[], signal?: AbortSignal): Promise<void> {
+    let short = false;
     if (this.#pending === 0 && !this.#closed && nodes.length > 0 && !signal?.aborted) {
       const prog = this.#programFor(nodes);
-      if (prog && prog.lastMs <= this.#syncBelowMs && this.#syncRun < SYNC_SLICE_MS) {
+      short = prog !== undefined && prog.lastMs <= this.#syncBelowMs;
+      if (short && this.#syncRun < SYNC_SLICE_MS) {
         try {
           this.#lastSync = true;
           this.#runSync(nodes);
@@ -354,10 +438,23 @@ export class CpuBackend implements Backend {
         }
       }
     }
+    // A short run after SYNC_SLICE_MS of them: the event loop takes a turn,
+    // then it runs here (handing it to another thread costs far more).
+    const turn = short ? eventLoopTurn() : null;
     const run = async () => {
+      if (turn) {
+        await turn;
+        this.#syncRun = 0;
+      }
       if (this.#closed) throw new BackendDisposedError();
       signal?.throwIfAborted();
       if (nodes.length === 0) return;
+      const seen = turn ? this.#programFor(nodes) : undefined;
+      if (seen && seen.lastMs <= this.#syncBelowMs) {
+        this.#lastSync = true;
+        this.#runSync(nodes);
+        return;
+      }
       this.#lastSync = false;
       const cmd = this.#encode(nodes);
       const prog = this.#s.programs[0];

@@ -306,7 +306,8 @@ export function packedStrides(t: BlockFacts, ne: Dims): Dims {
  * checks against a buffer need.
  */
 export function byteExtent(t: BlockFacts, ne: Dims, nb: Dims): number {
-  if (ne.some((n) => n <= 0)) return 0;
+  // Plain comparisons, no closure: this runs for every moved node of every step.
+  if (ne[0] <= 0 || ne[1] <= 0 || ne[2] <= 0 || ne[3] <= 0) return 0;
   let last = t.typeSize + (ne[0] / t.blockSize - 1) * nb[0];
   for (let i = 1; i < 4; i++) last += (ne[i] - 1) * nb[i];
   return last;

@@ -56,7 +56,7 @@ export function contiguousStrides(type: number, ne: Dims): Dims {
 
 /** Bytes spanned by a tensor with these strides (ggml_nbytes for packed rows). */
 export function spanBytes(type: number, ne: Dims, nb: Dims): number {
-  if (ne.some((n) => n <= 0)) return 0;
+  if (ne[0] <= 0 || ne[1] <= 0 || ne[2] <= 0 || ne[3] <= 0) return 0;
   return byteExtent(typeFacts(type), ne, nb);
 }
 
@@ -146,8 +146,11 @@ export class Tensor {
 
   /** Bytes spanned (ggml_nbytes). */
   get nbytes(): number {
-    return spanBytes(this.type, this.ne, this.nb);
+    // type, ne and nb never change: computed once (moveView asks every step).
+    if (this.#nbytes < 0) this.#nbytes = spanBytes(this.type, this.ne, this.nb);
+    return this.#nbytes;
   }
+  #nbytes = -1;
 
   /** Whether the elements are packed in ggml order (ggml_is_contiguous). */
   get isContiguous(): boolean {

@@ -99,8 +99,17 @@ export function batchFromInput(
   }
   if (b.seqIds !== undefined) {
     const ids = sameLength("seqIds", b.seqIds);
-    out.seqId = Array.from(ids, (s, i) => {
-      const list = typeof s === "number" ? [s] : s;
+    const seqId: number[][] = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const s = ids[i];
+      // One id per token (the common case, and every token of the sequence
+      // queue's batches): checked without building a list and a Set.
+      if (typeof s === "number") {
+        checkSeqId(where, `seqIds[${i}]`, s, o.nSeqMax);
+        seqId[i] = [s];
+        continue;
+      }
+      const list = s;
       if (!Array.isArray(list) || list.length === 0) {
         throw new OptionError(
           where,
@@ -113,8 +122,9 @@ export function batchFromInput(
       if (new Set(list).size !== list.length) {
         throw new OptionError(where, `seqIds[${i}]`, s, "each sequence id once");
       }
-      return [...list] as number[];
-    });
+      seqId[i] = [...list] as number[];
+    }
+    out.seqId = seqId;
   }
   if (b.logits !== undefined) {
     const f = sameLength("logits", b.logits);

@@ -150,6 +150,8 @@ export class Context implements Disposable, AsyncDisposable {
   #running: Promise<unknown> | null = null;
   // Aborted by dispose: cancels the running decode.
   #closer = new AbortController();
+  // Caller signals joined with the closer's (see #withCloser); weak: dies with the caller's.
+  readonly #joined = new WeakMap<AbortSignal, AbortSignal>();
   #state: "open" | "closing" | "freed" = "open";
   #freed = Promise.withResolvers<void>();
   // Sequence objects by id (null: free).
@@ -488,7 +490,8 @@ export class Context implements Disposable, AsyncDisposable {
     if (n === 0) throw new ContextError("decode: no tokens");
     // validateDecode checked every id is an integer in 0..nVocab-1, so the
     // get_rows indices the kernels read are exact.
-    const ids = Int32Array.from(tokens);
+    const ids = new Int32Array(n); // a plain loop: Int32Array.from iterates (slow before the JIT warms)
+    for (let i = 0; i < n; i++) ids[i] = tokens[i];
     if (!this.hasMemory) checkEncoderInput(this, n);
     else if (this.nPast + n > this.nCtx) {
       throw new ContextError(
@@ -532,9 +535,7 @@ export class Context implements Disposable, AsyncDisposable {
     if (this.#running) {
       throw new ContextBusyError(`decode: ${this.label} is already decoding for this lease`);
     }
-    const signal = callerSignal
-      ? AbortSignal.any([callerSignal, this.#closer.signal])
-      : this.#closer.signal;
+    const signal = callerSignal ? this.#withCloser(callerSignal) : this.#closer.signal;
     const run = this.#kv
       ? this.#decoder.decode(this.#kv, parts, signal)
       : this.#rs
@@ -546,6 +547,18 @@ export class Context implements Disposable, AsyncDisposable {
     };
     run.then(clear, clear);
     return run;
+  }
+
+  // The caller's signal joined with dispose's, made once per caller signal:
+  // a generation passes the same signal for every token, and a dependent
+  // signal per step (with its listeners) costs more than a small model's step.
+  #withCloser(callerSignal: AbortSignal): AbortSignal {
+    let s = this.#joined.get(callerSignal);
+    if (!s) {
+      s = AbortSignal.any([callerSignal, this.#closer.signal]);
+      this.#joined.set(callerSignal, s);
+    }
+    return s;
   }
 
   #free(): void {

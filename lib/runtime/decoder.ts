@@ -56,6 +56,31 @@ export interface DecoderParts {
   readonly isOpen: () => boolean;
 }
 
+// Output rows are cut from slabs of this many bytes: a fresh array per
+// step (16 KiB of logits for a 4096-token vocabulary) costs V8 more than a
+// small model's whole decode step (zeroing, external-memory accounting and
+// the collections it triggers). Rows never share bytes; a row the caller
+// keeps keeps its slab (at most this much) alive.
+const SLAB_BYTES = 256 * 1024;
+
+/** Output arrays carved from shared slabs (see SLAB_BYTES). */
+class RowSlab {
+  #slab = new Float32Array(0);
+  #at = 0;
+
+  /** A zeroed array of `n` floats no earlier call handed out. */
+  take(n: number): Float32Array {
+    if (4 * n > SLAB_BYTES / 4) return new Float32Array(n);
+    if (this.#at + n > this.#slab.length) {
+      this.#slab = new Float32Array(SLAB_BYTES / 4);
+      this.#at = 0;
+    }
+    const row = this.#slab.subarray(this.#at, this.#at + n);
+    this.#at += (n + 15) & ~15; // 64-byte aligned rows
+    return row;
+  }
+}
+
 /** A context's decode loop; see the module doc. */
 export class Decoder {
   readonly #model: Model;
@@ -70,6 +95,8 @@ export class Decoder {
   readonly #closer: AbortSignal;
   readonly #isOpen: () => boolean;
   #splitter = new BatchSplitter();
+  readonly #rows = new RowSlab();
+  readonly #oneOut = new Int32Array(1);
   // The KQ mask, kept between steps (a one-token step rewrites only changed cells).
   readonly #kqMask = new KqMask();
   // The mask of architectures without a cache (whole input, rebuilt per call).
@@ -282,7 +309,7 @@ export class Decoder {
     const rs = this.#rs;
     const nKv = kv ? kv.nKv() : rs ? 1 : ub.nTokens;
     const outRows: number[] = [];
-    ub.output.forEach((f, i) => f && outRows.push(i));
+    for (let i = 0; i < ub.nTokens; i++) if (ub.output[i]) outRows.push(i);
     const sched = this.#sched;
     // A step shaped like the last one reuses its graph, plan and encoded
     // nodes; only the inputs and the cells the keys and values land in change.
@@ -340,13 +367,18 @@ export class Decoder {
         sched.setInput(io.mask, this.#mask);
       }
     }
-    if (io.outIds) sched.setInput(io.outIds, Int32Array.from(outRows));
+    if (io.outIds) {
+      // One output row (a decode step): the same one-element array every time.
+      const ids = outRows.length === 1 ? this.#oneOut : new Int32Array(outRows.length);
+      for (let i = 0; i < outRows.length; i++) ids[i] = outRows[i];
+      sched.setInput(io.outIds, ids);
+    }
     await sched.compute(signal);
     signal.throwIfAborted(); // the flag may have come after the last node
     this.lastTaps.clear();
     for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
     if (!io.output) return [];
-    const all = sched.read(io.output); // a copy the caller may keep
+    const all = sched.read(io.output, this.#rows.take(io.output.nelements)); // the caller may keep it
     if (outRows.length === 1) return [all];
     const width = io.output.ne[0];
     return outRows.map((_, r) => all.subarray(r * width, (r + 1) * width));

@@ -178,10 +178,17 @@ export class Scheduler implements Disposable {
         });
       }
     }
-    for (const t of moved) {
-      const u = plan.uses.get(t);
-      if (!u) throw new GraphError(`update: ${t.describe()} is not used by the planned graph`);
-      for (const [s, i] of u) s.exec[i] = this.#execNode(plan, s, s.nodes[i]);
+    // Indexed loops: this runs every decode step, mostly before the JIT warms up.
+    const uses = plan.uses;
+    for (let m = 0; m < moved.length; m++) {
+      const u = uses.get(moved[m]);
+      if (!u) {
+        throw new GraphError(`update: ${moved[m].describe()} is not used by the planned graph`);
+      }
+      for (let k = 0; k < u.length; k++) {
+        const s = u[k][0], i = u[k][1];
+        s.exec[i] = this.#execNode(plan, s, s.nodes[i]);
+      }
     }
   }
 
@@ -224,22 +231,28 @@ export class Scheduler implements Disposable {
     return bufferGet(loc.buffer, loc.offset, t.nbytes);
   }
 
-  /** Values of an F32 or F16 tensor in ggml order (strides honoured), copied out. */
-  read(t: Tensor): Float32Array {
+  /**
+   * Values of an F32 or F16 tensor in ggml order (strides honoured), copied
+   * out: into `into` when given (exactly nelements long), else a new array.
+   */
+  read(t: Tensor, into?: Float32Array): Float32Array {
     const loc = this.#location(t);
     if (t.type !== GGMLType.F32 && t.type !== GGMLType.F16) {
       throw new GraphError(`read: ${t.describe()} is not F32/F16`);
     }
+    if (into && into.length !== t.nelements) {
+      throw new GraphError(`read: ${t.describe()} has ${t.nelements} values, got ${into.length}`);
+    }
     if (t.type === GGMLType.F32 && LITTLE_ENDIAN && t.isContiguous) {
       // One copy of the bytes, straight into the floats (logits: nVocab values per token).
-      const out = new Float32Array(t.nelements);
-      bufferGet(loc.buffer, loc.offset, new Uint8Array(out.buffer));
+      const out = into ?? new Float32Array(t.nelements);
+      bufferGet(loc.buffer, loc.offset, new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
       return out;
     }
     // The bytes the tensor spans, then its elements picked out by stride.
     const bytes = bufferGet(loc.buffer, loc.offset, t.nbytes);
     const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const out = new Float32Array(t.nelements);
+    const out = into ?? new Float32Array(t.nelements);
     const [n0, n1, n2, n3] = t.ne;
     const [s0, s1, s2, s3] = t.nb;
     let k = 0;
@@ -484,21 +497,21 @@ export class Scheduler implements Disposable {
   }
 
   #execNode(plan: Plan, s: Split, n: Tensor): ExecNode {
-    const resolve = (t: Tensor): ResolvedTensor => {
-      const base = s.copies.get(t.root)?.to ?? this.#at(plan, t.root);
-      return {
-        type: t.type,
-        ne: t.ne,
-        nb: t.nb,
-        data: { buffer: base.buffer, offset: base.offset + t.viewOffset },
-      };
-    };
+    const from = execSrc(n);
+    const src: ResolvedTensor[] = new Array(from.length);
+    for (let k = 0; k < from.length; k++) src[k] = this.#resolveIn(plan, s, from[k]);
+    return { op: n.op, dst: this.#resolveIn(plan, s, n), src, params: n.params, name: n.name };
+  }
+
+  // Where `t` lies for split `s`: its copy into the split's backend, else its home.
+  #resolveIn(plan: Plan, s: Split, t: Tensor): ResolvedTensor {
+    const root = t.root;
+    const base = (s.copies.size ? s.copies.get(root)?.to : undefined) ?? this.#at(plan, root);
     return {
-      op: n.op,
-      dst: resolve(n),
-      src: execSrc(n).map(resolve),
-      params: n.params,
-      name: n.name,
+      type: t.type,
+      ne: t.ne,
+      nb: t.nb,
+      data: { buffer: base.buffer, offset: base.offset + t.viewOffset },
     };
   }
 }
