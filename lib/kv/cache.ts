@@ -520,6 +520,7 @@ export class KvCache implements Disposable {
   prepare(ubatches: readonly Ubatch[]): SlotInfo[] | null {
     const undo: SlotUndo[] = [];
     const out: SlotInfo[] = [];
+    const heads: number[][] = [];
     let ok = true;
     for (let k = 0; k < ubatches.length; k++) {
       const ub = ubatches[k];
@@ -533,9 +534,17 @@ export class KvCache implements Disposable {
       // has one ubatch: nothing to place and undo).
       if (k === ubatches.length - 1) break;
       undo.push(this.saveSlot(s));
+      heads.push(this.#streams?.map((c) => c.head) ?? []);
       this.applyUbatch(s, ub);
     }
     this.undo(undo);
+    // llama_kv_cache::prepare puts back the head of the slot's j-th stream
+    // from v_heads_old[j], the head of stream j (sic), newest slot first; it
+    // shows when a decode finds no room after placing some micro-batches
+    // (on success the real placements set every head they touch again).
+    for (let k = heads.length - 1; k >= 0 && this.#streams; k--) {
+      streamBlocks(out[k]).forEach(([st], j) => (this.#streams![st].head = heads[k][j]));
+    }
     return ok ? out : null;
   }
 
