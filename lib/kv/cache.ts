@@ -17,7 +17,7 @@
  * @module
  */
 import type { BufferAllocator, BufferRef } from "../ggml/memory.ts";
-import { bufferClear, bufferCopy, bufferSet } from "../ggml/memory.ts";
+import { bufferClear, bufferSet } from "../ggml/memory.ts";
 import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType, rowSize } from "../ggml/types.ts";
@@ -27,6 +27,8 @@ import { isMaskedSwa, SwaType } from "./swa.ts";
 import { fillKqMask, type MaskOptions } from "./mask.ts";
 import { KvTensors } from "./tensors.ts";
 import { LayerStorage } from "./layers.ts";
+import { copyStream, streamBlocks } from "./streams.ts";
+
 
 export { isMaskedSwa, SwaType } from "./swa.ts";
 export type { MaskOptions } from "./mask.ts";
@@ -92,11 +94,11 @@ export interface SlotUndo {
 
 /** The KV cache. */
 export class KvCache implements Disposable {
-  /** Cell metadata. */
+  /** Cell metadata (with streams, stream 0's: see {@link stream}). */
   readonly cells: KvCells;
-  /** Where the next slot search starts. */
+  /** Where the next slot search starts (with streams, each stream has its own). */
   head = 0;
-  /** Number of cells. */
+  /** Number of cells (per stream). */
   readonly size: number;
   /** Layers with storage. */
   readonly nLayer: number;
@@ -353,37 +355,9 @@ export class KvCache implements Disposable {
     return this.stream(this.seqStream(seq)).cells.seqPosMax(seq);
   }
 
-  /**
-   * llama_kv_cache::seq_cp across streams: only whole sequences (llama.cpp
-   * asserts it); dst's stream becomes src's cells (as src's, pending shifts
-   * included) and its K/V bytes a copy of src's stream, now (llama.cpp
-   * copies at its next memory update, before anything reads them).
-   */
+  // llama_kv_cache::seq_cp across streams (see ./streams.ts).
   #copyStream(src: number, dst: number, p0: number, p1: number): void {
-    const full = (p: number) => !(p > 0 && p + 1 < this.size);
-    if (!full(p0) || !full(p1)) {
-      throw new KvError(
-        `seqCp: only whole sequences can be copied between streams (p0 ${p0}, p1 ${p1})`,
-      );
-    }
-    const a = this.#streams![src], b = this.#streams![dst];
-    const ca = a.cells, cb = b.cells;
-    cb.reset();
-    for (let i = 0; i < this.size; i++) {
-      if (!ca.seqHas(i, src) || ca.isEmpty(i)) continue;
-      const sh = ca.shift[i];
-      cb.posSet(i, ca.pos[i] - sh);
-      cb.seqAdd(i, dst);
-      if (sh !== 0) cb.posAdd(i, sh);
-    }
-    b.head = a.head;
-    for (let il = 0; il < this.nLayer; il++) {
-      const from = a.storage(il), to = b.storage(il);
-      const kb = rowSize(this.typeK, this.nEmbdKGqa) * this.size;
-      const vb = rowSize(this.typeV, this.nEmbdVGqa) * this.size;
-      bufferCopy(to.k.buffer, to.k.offset, from.k.buffer, from.k.offset, kb);
-      bufferCopy(to.v.buffer, to.v.offset, from.v.buffer, from.v.offset, vb);
-    }
+    copyStream(this.#streams![src], this.#streams![dst], src, dst, p0, p1);
   }
 
   // ---- slots -------------------------------------------------------------
@@ -654,17 +628,4 @@ export class KvCache implements Disposable {
   moveStores(g: Graph, slot: SlotInfo): Tensor[] | null {
     return this.#tensors.moveStores(g, slot);
   }
-}
-
-/** [stream, first token, tokens] of each stream's block of a slot's tokens. */
-export function streamBlocks(slot: SlotInfo): Array<[number, number, number]> {
-  const st = slot.strm;
-  if (!st) return [[0, 0, slot.idxs.length]];
-  const out: Array<[number, number, number]> = [];
-  st.forEach((s, t) => {
-    const b = out[out.length - 1];
-    if (b && b[0] === s) b[2]++;
-    else out.push([s, t, 1]);
-  });
-  return out;
 }
