@@ -2,8 +2,8 @@
  * A context: one model's KV cache, its scheduler over backends and the
  * decode loop of llama_decode (batch → micro-batches → slot → graph →
  * logits). `nSeqMax` sequences share one unified cache (llama.cpp's
- * `kv_unified`); a batch may hold tokens of several of them, decoded in one
- * graph, and the sequence edits (seqRm, seqCp, seqKeep, seqAdd, seqDiv) act
+ * `kv_unified`), or each has a stream of its own (`kvUnified: false`); a
+ * batch may hold tokens of several of them, decoded in one graph, and the sequence edits (seqRm, seqCp, seqKeep, seqAdd, seqDiv) act
  * on the cache between decodes, a K-shift re-rotating moved keys before the
  * next one.
  *
