@@ -98,7 +98,10 @@ export class GraphBuilder {
   readonly tokens: Tensor | null;
   /** F32 [nEmbd, nTokens] input embeddings, in place of tokens (Step.inputEmbd). */
   readonly embdIn: Tensor | null;
-  /** Additive attention mask [nKv, nTokens]: F32, or F16 for flash attention. */
+  /**
+   * Additive attention mask [nKv, nTokens] ([nKv, nTokens / ns, 1, ns] over
+   * a slot of ns KV streams): F32, or F16 for flash attention.
+   */
   readonly mask: Tensor;
   /**
    * Attention as ggml_flash_attn_ext: a cache whose V is not transposed is
