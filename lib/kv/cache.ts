@@ -29,7 +29,6 @@ import { KvTensors } from "./tensors.ts";
 import { LayerStorage } from "./layers.ts";
 import { copyStream, streamBlocks } from "./streams.ts";
 
-
 export { isMaskedSwa, SwaType } from "./swa.ts";
 export type { MaskOptions } from "./mask.ts";
 
