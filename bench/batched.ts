@@ -7,6 +7,7 @@
  *
  *   deno task bench:batched [--model FILE[,FILE]] [--threads 2] [--parallel 1,4,8,16]
  *     [--pp 128] [--tg 32] [--reps 3] [--chat 512] [--engines llm-edge,llama.cpp]
+ *     [--kvu on|off|both]
  *
  * Each engine runs in its own child process per repetition (peak RSS is its
  * own), the repetitions alternate between the engines, medians and the
@@ -14,8 +15,9 @@
  * run (which includes the benchmark's own threads) and the other processes
  * runnable before it; a ratio is withheld (and the reason printed) when the spread or the
  * load makes it meaningless. Both engines get the same threads and batches,
- * an F16 KV cache over all sequences (llama.cpp's kv_unified) and no flash
- * attention. The greedy tokens of both are compared up to llama.cpp's first
+ * an F16 KV cache, no flash attention, and the same KV layout: `--kvu on`
+ * one pool over all sequences (llama.cpp's kv_unified, the default), `off`
+ * one stream per sequence, `both` each engine with each (interleaved too). The greedy tokens of both are compared up to llama.cpp's first
  * near-tie (printed, never fatal).
  *
  * Needs the llama.cpp oracle from tests/oracle (fetched from npm).
@@ -73,6 +75,13 @@ function cores(): number {
   return navigator.hardwareConcurrency;
 }
 
+/** An engine with a KV layout, and how the report names it. */
+interface Variant {
+  label: string;
+  engine: Engine;
+  kvUnified: boolean;
+}
+
 /** One child run, the load average around it and the other processes running before it. */
 interface Run {
   r: ChildResult;
@@ -82,6 +91,7 @@ interface Run {
 }
 
 async function runChild(engine: Engine, a: ChildArgs): Promise<Run> {
+  const kvu = a.kvUnified ? "on" : "off";
   const others = await othersRunning();
   const loadBefore = loadavg();
   const out = await new Deno.Command(Deno.execPath(), {
@@ -107,6 +117,8 @@ async function runChild(engine: Engine, a: ChildArgs): Promise<Run> {
       String(a.nUbatch),
       "--chat",
       String(a.chat),
+      "--kvu",
+      kvu,
     ],
     stdout: "piped",
     stderr: "inherit",
@@ -219,16 +231,19 @@ function profileText(p: Profile): string {
 /** Runs and reports one model. */
 async function benchModel(
   a: ChildArgs,
-  engines: Engine[],
+  variants: Variant[],
   reps: number,
 ): Promise<void> {
-  const runs = new Map<Engine, Run[]>(engines.map((e) => [e, []]));
+  const engines = variants.map((v) => v.label);
+  const byLabel = new Map(variants.map((v) => [v.label, v]));
+  const runs = new Map<string, Run[]>(engines.map((e) => [e, []]));
   const name = a.model.split("/").pop()!;
   for (let r = 0; r < reps; r++) {
     // Alternate the order, so a drifting machine load falls on both engines.
     const order = r % 2 ? [...engines].reverse() : engines;
     for (const e of order) {
-      const run = await runChild(e, a);
+      const v = byLabel.get(e)!;
+      const run = await runChild(v.engine, { ...a, kvUnified: v.kvUnified });
       runs.get(e)!.push(run);
       console.error(
         `bench:batched: ${name} rep ${r + 1}/${reps} ${e}: load ${run.loadBefore.toFixed(2)} → ` +
@@ -254,7 +269,7 @@ async function benchModel(
     `| engine | N | PP s | S_PP t/s | TG s | S_TG t/s | S t/s | peak RSS MiB | load |`,
   );
   console.log(`|---|---:|---|---|---|---|---|---:|---|`);
-  const stats = new Map<Engine, Map<number, LevelStats>>();
+  const stats = new Map<string, Map<number, LevelStats>>();
   for (const e of engines) {
     const m = new Map<number, LevelStats>();
     stats.set(e, m);
@@ -291,11 +306,16 @@ async function benchModel(
       }
     }
   }
-  // Ours against llama.cpp.
-  if (runs.has("llama.cpp")) {
+  // Ours against llama.cpp with the same KV layout.
+  const refOf = (e: string) => {
+    const v = byLabel.get(e)!;
+    return variants.find((w) => w.engine === "llama.cpp" && w.kvUnified === v.kvUnified)?.label;
+  };
+  const ourLabels = engines.filter((e) => byLabel.get(e)!.engine !== "llama.cpp" && refOf(e));
+  if (ourLabels.length) {
     console.log(`\nours / llama.cpp (medians):`);
-    const ref = stats.get("llama.cpp")!;
-    for (const e of engines.filter((e) => e !== "llama.cpp")) {
+    for (const e of ourLabels) {
+      const ref = stats.get(refOf(e)!)!;
       for (const n of a.parallel) {
         const x = stats.get(e)!.get(n)!, y = ref.get(n)!;
         const parts = (["sPp", "sTg", "s"] as const).map((k) => {
@@ -307,8 +327,8 @@ async function benchModel(
       }
     }
     console.log(`\ngreedy tokens against llama.cpp's (first repetition, up to near-ties):`);
-    const first = runs.get("llama.cpp")![0].r;
-    for (const e of engines.filter((e) => e !== "llama.cpp")) {
+    for (const e of ourLabels) {
+      const first = runs.get(refOf(e)!)![0].r;
       const ours = runs.get(e)![0].r;
       for (const l of first.levels) {
         console.log(
@@ -319,19 +339,21 @@ async function benchModel(
       }
     }
   }
-  const ours = runs.get("llm-edge") ?? runs.get("llm-edge-seq");
-  if (ours) {
-    const e = runs.has("llm-edge") ? "llm-edge" : "llm-edge-seq";
+  for (const e of engines.filter((e) => byLabel.get(e)!.engine !== "llama.cpp")) {
     console.log(`\nwhere ${e}'s time goes (first repetition):`);
-    for (const l of ours[0].r.levels) {
+    for (const l of runs.get(e)![0].r.levels) {
       console.log(`  N=${pad(String(l.n), 2)} TG ${profileText(l.profile!.tg)}`);
       console.log(`       PP ${profileText(l.profile!.pp)}`);
     }
   }
-  if (a.chat > 0) chatReport(runs, engines);
+  if (a.chat > 0) chatReport(runs, engines, refOf);
 }
 
-function chatReport(runs: Map<Engine, Run[]>, engines: Engine[]): void {
+function chatReport(
+  runs: Map<string, Run[]>,
+  engines: string[],
+  refOf: (e: string) => string | undefined,
+): void {
   const any = runs.get(engines[0])![0].r.chat!;
   console.log(
     `\nfollow-up chat turn: time to first token (ms; medians, min–max); turn 1: ` +
@@ -342,7 +364,7 @@ function chatReport(runs: Map<Engine, Run[]>, engines: Engine[]): void {
       `scratch / reuse | first tokens (reuse, scratch) | load |`,
   );
   console.log(`|---|---:|---:|---|---|---|---|---|`);
-  const reuse = new Map<Engine, Stat>();
+  const reuse = new Map<string, Stat>();
   for (const e of engines) {
     const rs = runs.get(e)!;
     const c = rs.map((x) => x.r.chat!);
@@ -356,10 +378,11 @@ function chatReport(runs: Map<Engine, Run[]>, engines: Engine[]): void {
       } | ${c[0].first.join(", ")} | ${loadText(loads)} |`,
     );
   }
-  const ref = reuse.get("llama.cpp");
-  if (ref) {
-    for (const e of engines.filter((e) => e !== "llama.cpp")) {
-      const rs = [...runs.get(e)!, ...runs.get("llama.cpp")!];
+  for (const e of engines) {
+    const r = refOf(e);
+    const ref = r && r !== e ? reuse.get(r) : undefined;
+    if (ref) {
+      const rs = [...runs.get(e)!, ...runs.get(r!)!];
       const why = withheld(reuse.get(e)!, ref, rs.map((x) => x.others));
       console.log(
         `  ${e} / llama.cpp, reuse TTFT: ${
@@ -403,6 +426,11 @@ const SPEC = {
       default: "llm-edge,llama.cpp",
       description: `engines (${ENGINES.join(",")}; llm-edge-seq: through Sequence.evaluate)`,
     }),
+    kvu: flag.choice(["on", "off", "both"], {
+      default: "on",
+      description: "KV layout, both engines: one unified pool (on, llama.cpp's kv_unified), " +
+        "one stream per sequence (off), or each of them (both)",
+    }),
     child: flag.choice([...ENGINES], { description: "internal: run one engine, print JSON" }),
   },
 };
@@ -432,6 +460,7 @@ export function main(args: string[]): Promise<number> {
       nBatch: v.batch,
       nUbatch: v.ubatch,
       chat: v.chat,
+      kvUnified: v.kvu !== "off",
     };
     if (v.child) {
       if (!v.model) throw new UsageError("--child needs --model");
@@ -446,7 +475,15 @@ export function main(args: string[]): Promise<number> {
     if (!v.model) await ensureRandom(DEFAULT_MODELS[1]);
     console.log(`# bench:batched  ${Deno.args.join(" ")}`);
     console.log(`CPU: ${cpuName()}, ${cores()} logical cores`);
-    for (const model of models) await benchModel({ ...base, model }, engines, v.reps);
+    const kvus = v.kvu === "both" ? [true, false] : [v.kvu !== "off"];
+    const variants = kvus.flatMap((kvUnified) =>
+      engines.map((engine) => ({
+        engine,
+        kvUnified,
+        label: kvus.length > 1 ? `${engine} kvu=${kvUnified ? "on" : "off"}` : engine,
+      }))
+    );
+    for (const model of models) await benchModel({ ...base, model }, variants, v.reps);
     return 0;
   });
 }

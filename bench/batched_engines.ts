@@ -31,6 +31,8 @@ export interface ChildArgs {
   nUbatch: number;
   /** Tokens of the chat's first-turn prompt (0: no chat measurement). */
   chat: number;
+  /** One KV pool over all sequences (kv_unified), or one stream per sequence; both engines. */
+  kvUnified: boolean;
 }
 
 /** Where our decode time went (llm-edge only). */
@@ -295,6 +297,7 @@ export async function childOurs(a: ChildArgs, viaSequences: boolean): Promise<Ch
       nSeqMax: n,
       threads: a.threads,
       kvType: "f16",
+      kvUnified: a.kvUnified,
     });
     const seqs = viaSequences ? Array.from({ length: n }, () => ctx.sequence()) : [];
     const profiles = { pp: emptyProfile(), tg: emptyProfile() };
@@ -348,7 +351,7 @@ export async function childOurs(a: ChildArgs, viaSequences: boolean): Promise<Ch
   };
 }
 
-/** llama.cpp through the oracle's multi-sequence shim (kv_unified, flash attention off, F16 cache). */
+/** llama.cpp through the oracle's multi-sequence shim (kv_unified as asked, flash attention off, F16 cache). */
 export async function childLlama(a: ChildArgs): Promise<ChildResult> {
   const { loadOracle } = await import("../tests/oracle/oracle.ts");
   const { OracleBatchContext } = await import("../tests/oracle/oracle_batch.ts");
@@ -364,6 +367,7 @@ export async function childLlama(a: ChildArgs): Promise<ChildResult> {
       nUbatch: a.nUbatch,
       nSeqMax: n,
       threads: a.threads,
+      kvUnified: a.kvUnified,
     });
     const engine: LevelEngine = {
       decode(b) {

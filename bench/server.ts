@@ -35,6 +35,10 @@ const SPEC = {
       aliases: ["fa"],
       description: "serve with flash attention (llama-server's CPU default)",
     }),
+    "kv-unified": flag.boolean({
+      aliases: ["kvu"],
+      description: "serve with one KV pool for all slots (default: one stream per slot)",
+    }),
   },
 };
 
@@ -114,7 +118,8 @@ if (import.meta.main) {
       const prof = a.profile ? ["--cpu-prof", `--cpu-prof-dir=${a.profile}`] : [];
       const proc = new Deno.Command(Deno.execPath(), {
         args: ["run", "-A", ...prof, serve, "--model", a.model, "--port", "0", "--parallel"]
-          .concat([String(Math.max(...counts))], a["flash-attn"] ? ["--flash-attn"] : []),
+          .concat([String(Math.max(...counts))], a["flash-attn"] ? ["--flash-attn"] : [])
+          .concat(a["kv-unified"] ? ["--kv-unified"] : []),
         stdout: "piped",
         stderr: "inherit",
       }).spawn();

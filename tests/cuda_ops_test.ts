@@ -308,6 +308,41 @@ function cases(): Case[] {
       });
     }
   }
+  // (Last, so the cases above keep their random inputs.)
+  // KV streams as dim 3 (kvUnified false): per stream, queries against its
+  // own keys and values, the mask one plane per stream broadcast over heads.
+  const streamMask = Array.from(
+    { length: 37 * 8 * 3 },
+    (_, i) => (i % 37) > ((i / 37 | 0) % 8) + 28 + (i / 296 | 0) ? -Infinity : 0,
+  );
+  out.push({
+    name: "flash_attn_ext K/V F16 over 3 streams",
+    op: Op.FLASH_ATTN_EXT,
+    dst: empty(F32, [64, 4, 5, 3]),
+    src: [
+      rand(F32, [64, 5, 4, 3]),
+      rand(F16, [64, 37, 2, 3]),
+      rand(F16, [64, 37, 2, 3]),
+      vals(F16, [37, 8, 1, 3], streamMask),
+    ],
+    params: [f32Bits(0.125), f32Bits(0), f32Bits(0)],
+    nmse: 1e-5,
+  });
+  out.push({
+    name: "soft_max mask F32 over 3 streams",
+    op: Op.SOFT_MAX,
+    dst: empty(F32, [37, 5, 4, 3]),
+    src: [rand(F32, [37, 5, 4, 3], 3), vals(F32, [37, 8, 1, 3], streamMask)],
+    params: [f32Bits(0.3), f32Bits(0)],
+    nmse: F32_NMSE,
+  });
+  out.push({
+    name: "mul_mat F16 kq over 3 streams",
+    op: Op.MUL_MAT,
+    dst: empty(F32, [37, 5, 4, 3]),
+    src: [rand(F16, [64, 37, 2, 3]), rand(F32, [64, 5, 4, 3])],
+    nmse: 1e-5,
+  });
   return out;
 }
 
@@ -362,7 +397,7 @@ Deno.test("every CUDA op case is a valid node the CUDA op table accepts (runs on
   // Without a GPU this keeps the cases below ready: valid, supported, computable.
   using cpu = await CpuBackend.create({ threads: 1 });
   const list = cases();
-  assert.equal(list.length, 90);
+  assert.equal(list.length, 93);
   for (const c of list) {
     const dst = place(cpu, c.dst), src = c.src.map((s) => place(cpu, s));
     const params = new Int32Array(16);

@@ -318,5 +318,36 @@ export function buildCases(): Case[] {
       rtol: 0,
     });
   }
+  // (Last, so the cases above keep their random inputs.)
+  // KV streams as dim 3 (kvUnified false): each stream's queries [K, tokens,
+  // heads] against its own keys [K, cells, kvHeads] (a strided view of the
+  // cache: stream stride beyond the cells attended), and the mask broadcast
+  // over heads, one plane per stream.
+  for (const t of [F32, F16]) {
+    const K = 32, cells = 11, size = 16, kvHeads = 2, heads = 4, toks = 2, ns = 3;
+    const k = randomSpec(t, [K, size, kvHeads, ns], r);
+    k.ne = [K, cells, kvHeads, ns];
+    const q = randomSpec(F32, [K, toks, heads, ns], r);
+    cases.push({
+      name: `mul_mat streams ${t}`,
+      op: Op.MUL_MAT,
+      src: [k, q],
+      dst: emptySpec(F32, [cells, toks, heads, ns]),
+      atol: 1e-5,
+      rtol: 1e-5,
+    });
+    cases.push({
+      name: `soft_max streams mask ${t}`,
+      op: Op.SOFT_MAX,
+      src: [
+        randomSpec(F32, [cells, toks, heads, ns], r, 4),
+        randomSpec(t, [cells, toks, 1, ns], r, 2),
+      ],
+      dst: emptySpec(F32, [cells, toks, heads, ns]),
+      params: [f(0.125), f(0)],
+      atol: 1e-6,
+      rtol: 1e-5,
+    });
+  }
   return cases;
 }

@@ -172,7 +172,18 @@ function diffs(a: Rows, b: Rows, label: string): Map<string, number> {
 const maxOf = (d: Map<string, number>) => Math.max(0, ...d.values());
 const fmt = (x: number) => x === 0 ? "0" : x.toExponential(2);
 
-async function checkModel(label: string, path: string, kvType: "f16" | "f32"): Promise<void> {
+/** Context settings both sides share: kv_unified (default true) and flash attention (default off). */
+interface Layout {
+  kvUnified?: boolean;
+  flashAttn?: boolean;
+}
+
+async function checkModel(
+  label: string,
+  path: string,
+  kvType: "f16" | "f32",
+  layout: Layout = {},
+): Promise<void> {
   const oracle = await loadOracle();
   using om: OracleModel = oracle.load(path);
   using oc = await OracleBatchContext.create(om, {
@@ -180,6 +191,7 @@ async function checkModel(label: string, path: string, kvType: "f16" | "f32"): P
     nSeqMax: N_SEQ,
     typeK: KV_GGML[kvType],
     typeV: KV_GGML[kvType],
+    ...layout,
   });
   using model = await Model.load(path);
   using ctx = await Context.create(model, {
@@ -188,7 +200,10 @@ async function checkModel(label: string, path: string, kvType: "f16" | "f32"): P
     nSeqMax: N_SEQ,
     threads: 2,
     kvType,
+    ...layout,
   });
+  // llama.cpp's n_ctx after its padding (and, per stream, n_ctx_seq's)
+  assert.equal(ctx.nCtx, oc.nCtx, `${label}: nCtx`);
 
   const rand = mulberry32(0x5eb1);
   const tok = () => 3 + Math.floor(rand() * (om.nVocab - 3));
@@ -291,8 +306,20 @@ Deno.test("4 sequences in one batch: tolstoy-6m q8_0", async () => {
   await checkModel("tolstoy q8_0", await tolstoyQuantized("Q8_0"), "f16");
 });
 
+Deno.test("4 sequences in one batch, one KV stream each: tolstoy-6m f16", async () => {
+  await checkModel("tolstoy f16 kvUnified false", TOLSTOY_F16, "f16", { kvUnified: false });
+});
+
+Deno.test("4 sequences in one batch, one KV stream each: tolstoy-6m f16, flash attention", async () => {
+  await checkModel("tolstoy f16 kvUnified false fa", TOLSTOY_F16, "f16", {
+    kvUnified: false,
+    flashAttn: true,
+  });
+});
+
 Deno.test("4 sequences in one batch: random llama (GQA), f32 cache", async () => {
   Deno.mkdirSync(join(ROOT, ".cache", "seq-batch"), { recursive: true });
   await writeRandomLlama(RANDOM_PATH, { ...RANDOM_SHAPE, type: "f32", tokenizerFrom: TOLSTOY_F32 });
   await checkModel("random llama f32", RANDOM_PATH, "f32");
+  await checkModel("random llama f32 kvUnified false", RANDOM_PATH, "f32", { kvUnified: false });
 });

@@ -42,6 +42,11 @@ export const SERVE_FLAGS = {
     description: "Jinja chat template overriding the model's",
   }),
   "flash-attn": flashAttnFlag(),
+  "kv-unified": flag.boolean({
+    aliases: ["kvu"],
+    description:
+      "one KV pool shared by all slots (llama-server's -kvu); default one stream per slot",
+  }),
   "cache-type": cacheTypeFlag(),
   threads: threadsFlag(),
 };
@@ -66,6 +71,7 @@ export function main(args: string[]): Promise<number> {
       batchSize: a["batch-size"],
       threads: a.threads,
       flashAttn: a["flash-attn"],
+      kvUnified: a["kv-unified"],
       kvType: a["cache-type"] as "f16" | "f32" | "q8_0",
       chatTemplate: tpl === undefined ? undefined : await Deno.readTextFile(tpl),
     });

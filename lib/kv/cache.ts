@@ -1,7 +1,12 @@
 /**
- * The unified KV cache (llama.cpp's llama_kv_cache with one stream): cell
- * bookkeeping, slot search, the attention mask, sequence edits, K-shift and
- * and the per-layer K/V storage. The graph side (K/V
+ * The KV cache (llama.cpp's llama_kv_cache): cell bookkeeping, slot
+ * search, the attention mask, sequence edits, K-shift and the per-layer K/V
+ * storage. One stream (kv_unified: every sequence in one pool of cells), or
+ * one stream per sequence (kv_unified = false: sequence s lives in stream s,
+ * a pool of `size` cells of its own, laid out after stream s-1's in every
+ * layer's K and V). A multi-stream cache keeps one single-stream KvCache per
+ * stream over its slice of the storage and routes each operation to the
+ * stream of its sequence. The graph side (K/V
  * tensors, views and store copies) lives in ./tensors.ts, the mask in
  * ./mask.ts; KvCache delegates to them. There is no defragmentation:
  * llama.cpp no longer does it (defrag_thold is deprecated and ignored), and
@@ -12,7 +17,7 @@
  * @module
  */
 import type { BufferAllocator, BufferRef } from "../ggml/memory.ts";
-import { bufferClear } from "../ggml/memory.ts";
+import { bufferClear, bufferSet } from "../ggml/memory.ts";
 import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType, rowSize } from "../ggml/types.ts";
@@ -22,6 +27,7 @@ import { isMaskedSwa, SwaType } from "./swa.ts";
 import { fillKqMask, type MaskOptions } from "./mask.ts";
 import { KvTensors } from "./tensors.ts";
 import { LayerStorage } from "./layers.ts";
+import { copyStream, streamBlocks } from "./streams.ts";
 
 export { isMaskedSwa, SwaType } from "./swa.ts";
 export type { MaskOptions } from "./mask.ts";
@@ -57,29 +63,41 @@ export interface KvCacheOptions {
   swaType?: SwaType;
   /** Where each layer's K and V live: one backend or one per layer. */
   backend: BufferAllocator | ((layer: number) => BufferAllocator);
+  /**
+   * KV streams: 1 (unified, the default) or nSeqMax (one per sequence,
+   * llama.cpp's kv_unified = false); `size` cells each.
+   */
+  nStream?: number;
 }
+
+/** Where one layer's K and V bytes start. */
+type Regions = (il: number) => { k: BufferRef; v: BufferRef } | undefined;
 
 /** Cells chosen for the tokens of a ubatch, in token order. */
 export interface SlotInfo {
-  /** Cell index per token. */
+  /** Cell index per token (within the token's stream). */
   readonly idxs: readonly number[];
+  /** Stream of each token (absent: all in stream 0). */
+  readonly strm?: readonly number[];
+  /** First stream of the slot (llama.cpp's sinfo.s0). Default 0. */
+  readonly s0?: number;
+  /** Streams s0.. the slot spans (s1 - s0 + 1), the ubatch's tokens split evenly. Default 1. */
+  readonly ns?: number;
 }
 
 /** Cell state saved by {@link KvCache.saveSlot}. */
 export interface SlotUndo {
-  /** The slot's cells before applyUbatch. */
-  readonly snap: CellsSnapshot;
-  /** The slot search head before applyUbatch. */
-  readonly head: number;
+  /** Per stream touched: the slot's cells and the search head before applyUbatch. */
+  readonly parts: ReadonlyArray<{ stream: number; snap: CellsSnapshot; head: number }>;
 }
 
 /** The KV cache. */
 export class KvCache implements Disposable {
-  /** Cell metadata. */
+  /** Cell metadata (with streams, stream 0's: see {@link stream}). */
   readonly cells: KvCells;
-  /** Where the next slot search starts. */
+  /** Where the next slot search starts (with streams, each stream has its own). */
   head = 0;
-  /** Number of cells. */
+  /** Number of cells (per stream). */
   readonly size: number;
   /** Layers with storage. */
   readonly nLayer: number;
@@ -103,11 +121,16 @@ export class KvCache implements Disposable {
   readonly nSwa: number;
   /** Sliding window kind. */
   readonly swaType: SwaType;
-  #storage: LayerStorage;
+  /** KV streams (1: unified). */
+  readonly nStream: number;
+  #storage: LayerStorage | null = null;
+  #regions: Regions;
+  // One single-stream cache per stream (nStream > 1), over slices of #storage.
+  #streams: KvCache[] | null = null;
   #tensors = new KvTensors(this);
 
   /** Allocate the per-layer K/V storage (zero-filled) and empty cells. */
-  constructor(o: KvCacheOptions) {
+  constructor(o: KvCacheOptions, regions?: Regions) {
     for (const k of ["size", "nLayer", "nHeadKv", "nEmbdHeadK", "nEmbdHeadV"] as const) {
       if (!Number.isInteger(o[k]) || o[k] <= 0) throw new KvError(`KvCache: bad ${k} ${o[k]}`);
     }
@@ -129,13 +152,59 @@ export class KvCache implements Disposable {
     if (this.vTrans && this.typeV !== GGMLType.F16 && this.typeV !== GGMLType.F32) {
       throw new KvError("KvCache: a transposed V cache must be F16 or F32");
     }
+    this.nStream = o.nStream ?? 1;
+    if (this.nStream !== 1 && this.nStream !== this.nSeqMax) {
+      throw new KvError(`KvCache: nStream ${this.nStream} must be 1 or nSeqMax ${this.nSeqMax}`);
+    }
     this.cells = new KvCells(this.size);
-    this.#storage = new LayerStorage(
-      this.nLayer,
-      o.backend,
-      rowSize(this.typeK, this.nEmbdKGqa) * this.size,
-      rowSize(this.typeV, this.nEmbdVGqa) * this.size,
-    );
+    const rk = rowSize(this.typeK, this.nEmbdKGqa) * this.size;
+    const rv = rowSize(this.typeV, this.nEmbdVGqa) * this.size;
+    if (regions) {
+      this.#regions = regions;
+    } else {
+      const st = new LayerStorage(this.nLayer, o.backend, rk * this.nStream, rv * this.nStream);
+      this.#storage = st;
+      this.#regions = (il) => {
+        const l = st.layer(il);
+        return l && { k: l.a, v: l.b };
+      };
+    }
+    if (this.nStream > 1) {
+      const one = { ...o, nStream: 1 };
+      const at = (r: BufferRef, d: number) => ({ buffer: r.buffer, offset: r.offset + d });
+      this.#streams = Array.from({ length: this.nStream }, (_, s) =>
+        new KvCache(one, (il) => {
+          const l = this.#regions(il);
+          return l && { k: at(l.k, s * rk), v: at(l.v, s * rv) };
+        }));
+      // Stream 0's cells are `cells` (what single-stream code reads).
+      this.cells = this.#streams[0].cells;
+    }
+  }
+
+  /**
+   * Stream s as a single-stream cache over its slice of the storage (the
+   * cache itself when unified): what state files and tests read per stream.
+   */
+  stream(s: number): KvCache {
+    if (!this.#streams) {
+      if (s !== 0) throw new KvError(`KvCache: no stream ${s} in a unified cache`);
+      return this;
+    }
+    const c = this.#streams[s];
+    if (!c) throw new KvError(`KvCache: stream ${s} outside [0, ${this.nStream})`);
+    return c;
+  }
+
+  /** The stream of sequence `seq` (llama.cpp's seq_to_stream). */
+  seqStream(seq: number): number {
+    checkSeq(seq, this.nSeqMax);
+    return this.#streams ? seq : 0;
+  }
+
+  /** Used cells, all streams. */
+  get used(): number {
+    return this.#streams ? this.#streams.reduce((n, c) => n + c.cells.used, 0) : this.cells.used;
   }
 
   /** Key width of all heads. */
@@ -150,19 +219,19 @@ export class KvCache implements Disposable {
 
   /** Bytes of K and V storage in all layers. */
   get totalBytes(): number {
-    return this.#storage.totalBytes;
+    return this.#storage?.totalBytes ?? 0;
   }
 
-  /** Where layer il's K and V bytes start. */
+  /** Where layer il's K and V bytes start (stream 0's, then the others'). */
   storage(il: number): { k: BufferRef; v: BufferRef } {
-    const l = this.#storage.layer(il);
+    const l = this.#regions(il);
     if (!l) throw new KvError(`KvCache: no layer ${il}`);
-    return { k: l.a, v: l.b };
+    return l;
   }
 
   /** Free the storage. */
   [Symbol.dispose](): void {
-    this.#storage[Symbol.dispose]();
+    this.#storage?.[Symbol.dispose]();
   }
 
   // ---- sequences -------------------------------------------------------
@@ -171,8 +240,21 @@ export class KvCache implements Disposable {
   clear(data = false): void {
     this.cells.reset();
     this.head = 0;
+    for (const c of this.#streams ?? []) c.clear();
     // Through the buffer's own clear: the cache may live in device memory.
-    if (data) { for (const b of this.#storage.buffers) bufferClear(b, 0); }
+    if (data && this.#storage) { for (const b of this.#storage.buffers) bufferClear(b, 0); }
+    if (data && !this.#storage) this.#zeroRegions();
+  }
+
+  // A stream's slice of the storage, zeroed (a stream cleared with its data).
+  #zeroRegions(): void {
+    const k = rowSize(this.typeK, this.nEmbdKGqa) * this.size;
+    const v = rowSize(this.typeV, this.nEmbdVGqa) * this.size;
+    for (let il = 0; il < this.nLayer; il++) {
+      const l = this.storage(il);
+      bufferSet(l.k.buffer, l.k.offset, new Uint8Array(k));
+      bufferSet(l.v.buffer, l.v.offset, new Uint8Array(v));
+    }
   }
 
   #range(p0: number, p1: number): [number, number] {
@@ -186,6 +268,11 @@ export class KvCache implements Disposable {
   /** Remove positions [p0, p1) of `seq` (-1: any sequence); negative bounds mean open. */
   seqRm(seq: number, p0 = -1, p1 = -1): boolean {
     if (seq !== -1) checkSeq(seq, this.nSeqMax);
+    if (this.#streams) {
+      if (seq !== -1) return this.#streams[seq].seqRm(seq, p0, p1);
+      for (const c of this.#streams) c.seqRm(-1, p0, p1);
+      return true;
+    }
     [p0, p1] = this.#range(p0, p1);
     const c = this.cells;
     let freed = this.size;
@@ -204,6 +291,7 @@ export class KvCache implements Disposable {
   seqCp(src: number, dst: number, p0 = -1, p1 = -1): void {
     checkSeq(src, this.nSeqMax), checkSeq(dst, this.nSeqMax);
     if (src === dst) return;
+    if (this.#streams) return this.#copyStream(src, dst, p0, p1);
     [p0, p1] = this.#range(p0, p1);
     const c = this.cells;
     for (let i = 0; i < this.size; i++) {
@@ -211,9 +299,13 @@ export class KvCache implements Disposable {
     }
   }
 
-  /** Drop every sequence but `seq`. */
+  /**
+   * Drop every sequence but `seq`. With streams, as llama.cpp: only `seq`'s
+   * own stream is looked at (which holds no other sequence), so nothing changes.
+   */
   seqKeep(seq: number): void {
     checkSeq(seq, this.nSeqMax);
+    if (this.#streams) return this.#streams[seq].seqKeep(seq);
     let freed = this.size;
     for (let i = 0; i < this.size; i++) {
       if (this.cells.seqKeep(i, seq) && freed === this.size) freed = i;
@@ -224,6 +316,7 @@ export class KvCache implements Disposable {
   /** Add `shift` to positions [p0, p1) of `seq` (cells going negative are freed). */
   seqAdd(seq: number, p0: number, p1: number, shift: number): void {
     checkSeq(seq, this.nSeqMax);
+    if (this.#streams) return this.#streams[seq].seqAdd(seq, p0, p1, shift);
     if (shift === 0) return;
     [p0, p1] = this.#range(p0, p1);
     if (p0 === p1) return;
@@ -240,6 +333,7 @@ export class KvCache implements Disposable {
   /** Divide positions [p0, p1) of `seq` by d (self-extend). */
   seqDiv(seq: number, p0: number, p1: number, d: number): void {
     checkSeq(seq, this.nSeqMax);
+    if (this.#streams) return this.#streams[seq].seqDiv(seq, p0, p1, d);
     if (!Number.isInteger(d) || d <= 0) throw new KvError(`seqDiv: bad divisor ${d}`);
     if (d === 1) return;
     [p0, p1] = this.#range(p0, p1);
@@ -251,13 +345,18 @@ export class KvCache implements Disposable {
   /** Smallest position of `seq` in the cache, -1 when absent. */
   seqPosMin(seq: number): number {
     checkSeq(seq, this.nSeqMax);
-    return this.cells.seqPosMin(seq);
+    return this.stream(this.seqStream(seq)).cells.seqPosMin(seq);
   }
 
   /** Largest position of `seq` in the cache, -1 when absent. */
   seqPosMax(seq: number): number {
     checkSeq(seq, this.nSeqMax);
-    return this.cells.seqPosMax(seq);
+    return this.stream(this.seqStream(seq)).cells.seqPosMax(seq);
+  }
+
+  // llama_kv_cache::seq_cp across streams (see ./streams.ts).
+  #copyStream(src: number, dst: number, p0: number, p1: number): void {
+    copyStream(this.#streams![src], this.#streams![dst], src, dst, p0, p1);
   }
 
   // ---- slots -------------------------------------------------------------
@@ -267,8 +366,34 @@ export class KvCache implements Disposable {
    * changing anything; null when the cache is full. `cont` requires one run.
    */
   findSlot(ub: Ubatch, cont = false): SlotInfo | null {
+    if (!this.#streams) {
+      const idxs = this.#search(ub.nTokens, cont);
+      return idxs && { idxs };
+    }
+    // One block of tokens per sequence, sequences consecutive (split_equal, sequential).
+    const nSeqs = ub.nSeqsUnq;
+    if (nSeqs === 0 || ub.nTokens % nSeqs !== 0) {
+      throw new KvError(
+        `findSlot: ${ub.nTokens} tokens are not split evenly over ${nSeqs} streams`,
+      );
+    }
+    const nTps = ub.nTokens / nSeqs;
+    const idxs: number[] = [], strm: number[] = [];
+    for (let k = 0; k < nSeqs; k++) {
+      const s = ub.seqIdUnq[k];
+      if (ub.seqId[k * nTps].length !== 1 || ub.seqId[k * nTps][0] !== s) {
+        throw new KvError(`findSlot: tokens of sequence ${s} are not block ${k} of the ubatch`);
+      }
+      const got = this.#streams[s].#search(nTps, cont);
+      if (!got) return null;
+      for (const i of got) idxs.push(i), strm.push(s);
+    }
+    const s0 = ub.seqIdUnq[0], s1 = ub.seqIdUnq[nSeqs - 1];
+    return { idxs, strm, s0, ns: s1 - s0 + 1 };
+  }
+
+  #search(n: number, cont: boolean): number[] | null {
     const c = this.cells;
-    const n = ub.nTokens;
     if (n > this.size) return null;
     let head = this.head;
     // plenty of free cells before head: restart from 0 to fill holes
@@ -297,7 +422,7 @@ export class KvCache implements Disposable {
       if (cont) idxs.length = 0;
       if (tested >= this.size) return null;
     }
-    return { idxs };
+    return idxs;
   }
 
   /** Occupy the slot with the ubatch's tokens (llama_kv_cache::apply_ubatch). */
@@ -305,9 +430,19 @@ export class KvCache implements Disposable {
     if (slot.idxs.length !== ub.nTokens) {
       throw new KvError(`applyUbatch: ${slot.idxs.length} cells for ${ub.nTokens} tokens`);
     }
+    if (!this.#streams) return this.#apply(slot.idxs, ub, 0);
+    // Each stream's block of tokens, then each stream's purge (apply_ubatch).
+    for (const [s, t0, n] of streamBlocks(slot)) {
+      this.#streams[s].#apply(slot.idxs.slice(t0, t0 + n), ub, t0);
+    }
+  }
+
+  // Tokens [t0, t0 + idxs.length) of ub into cells idxs of this stream.
+  #apply(idxs: readonly number[], ub: Ubatch, t0: number): void {
     const c = this.cells;
     const maxRm = new Map<number, number>();
-    slot.idxs.forEach((i, t) => {
+    idxs.forEach((i, k) => {
+      const t = t0 + k;
       if (!c.isEmpty(i)) {
         const s = c.seqGet(i);
         maxRm.set(s, Math.max(maxRm.get(s) ?? -1, c.pos[i]));
@@ -324,12 +459,20 @@ export class KvCache implements Disposable {
       const pmin = c.seqPosMin(s);
       if (pmin >= 0 && pmin <= pmax) this.seqRm(s, pmin, pmax + 1);
     }
-    this.head = slot.idxs[slot.idxs.length - 1] + 1;
+    this.head = idxs[idxs.length - 1] + 1;
   }
 
   /** What {@link applyUbatch} is about to change for `slot`, for {@link undo}. */
   saveSlot(slot: SlotInfo): SlotUndo {
-    return { snap: this.cells.save(slot.idxs), head: this.head };
+    if (!this.#streams) {
+      return { parts: [{ stream: 0, snap: this.cells.save(slot.idxs), head: this.head }] };
+    }
+    return {
+      parts: streamBlocks(slot).map(([s, t0, n]) => {
+        const c = this.#streams![s];
+        return { stream: s, snap: c.cells.save(slot.idxs.slice(t0, t0 + n)), head: c.head };
+      }),
+    };
   }
 
   /**
@@ -338,8 +481,11 @@ export class KvCache implements Disposable {
    */
   undo(saved: readonly SlotUndo[]): void {
     for (let k = saved.length - 1; k >= 0; k--) {
-      this.cells.restore(saved[k].snap);
-      this.head = saved[k].head;
+      for (const p of saved[k].parts) {
+        const c = this.stream(p.stream);
+        c.cells.restore(p.snap);
+        c.head = p.head;
+      }
     }
   }
 
@@ -347,6 +493,7 @@ export class KvCache implements Disposable {
   prepare(ubatches: readonly Ubatch[]): SlotInfo[] | null {
     const undo: SlotUndo[] = [];
     const out: SlotInfo[] = [];
+    const heads: number[][] = [];
     let ok = true;
     for (let k = 0; k < ubatches.length; k++) {
       const ub = ubatches[k];
@@ -360,14 +507,31 @@ export class KvCache implements Disposable {
       // has one ubatch: nothing to place and undo).
       if (k === ubatches.length - 1) break;
       undo.push(this.saveSlot(s));
+      heads.push(this.#streams?.map((c) => c.head) ?? []);
       this.applyUbatch(s, ub);
     }
     this.undo(undo);
+    // llama_kv_cache::prepare puts back the head of the slot's j-th stream
+    // from v_heads_old[j], the head of stream j (sic), newest slot first; it
+    // shows when a decode finds no room after placing some micro-batches
+    // (on success the real placements set every head they touch again).
+    for (let k = heads.length - 1; k >= 0 && this.#streams; k--) {
+      streamBlocks(out[k]).forEach(([st], j) => (this.#streams![st].head = heads[k][j]));
+    }
     return ok ? out : null;
   }
 
-  /** Cells attention looks at: used extent padded to 256 (at least 256), at most size. */
-  nKv(): number {
+  /**
+   * Cells attention looks at: used extent padded to 256 (at least 256), at
+   * most size; with streams, the most of the slot's streams (get_n_kv).
+   */
+  nKv(slot?: SlotInfo | null): number {
+    if (this.#streams) {
+      const s0 = slot?.s0 ?? 0, ns = slot?.ns ?? this.nStream;
+      let n = 0;
+      for (let s = s0; s < s0 + ns; s++) n = Math.max(n, this.#streams[s].nKv());
+      return n;
+    }
     const pad = Math.max(this.nPad, N_KV_PAD);
     const used = Math.ceil(this.cells.usedMaxP1() / pad) * pad;
     return Math.min(this.size, Math.max(pad, used));
@@ -382,18 +546,26 @@ export class KvCache implements Disposable {
    * (Uint16Array).
    */
   fillMask(ub: Ubatch, nKv: number, out: Float32Array | Uint16Array, o: MaskOptions = {}): void {
-    fillKqMask(this.cells, this, ub, nKv, out, o);
+    fillKqMask(this.#streams ? this.cellsOf : this.cells, this, ub, nKv, out, o);
   }
+
+  /** The cells of sequence `seq`'s stream. */
+  readonly cellsOf = (seq: number): KvCells => this.stream(this.seqStream(seq)).cells;
 
   // ---- K-shift -----------------------------------------------------------
 
   /** Whether positions changed and keys need re-rotation. */
   get hasShift(): boolean {
-    return this.cells.hasShift;
+    return this.#streams ? this.#streams.some((c) => c.hasShift) : this.cells.hasShift;
   }
 
   /** Per-cell position deltas (I32 [size], 0 for empty cells): the rope positions of the shift graph. */
   shiftInput(): Int32Array {
+    if (this.#streams) {
+      const out = new Int32Array(this.size * this.nStream);
+      this.#streams.forEach((c, s) => out.set(c.shiftInput(), s * this.size));
+      return out;
+    }
     const c = this.cells;
     return Int32Array.from(c.pos, (p, i) => (p === -1 ? 0 : c.shift[i]));
   }
@@ -401,6 +573,7 @@ export class KvCache implements Disposable {
   /** Mark the shift as applied (after the shift graph ran). */
   resetShift(): void {
     this.cells.resetShift();
+    for (const c of this.#streams ?? []) c.resetShift();
   }
 
   // ---- graph tensors -----------------------------------------------------
@@ -416,16 +589,16 @@ export class KvCache implements Disposable {
   }
 
   /** Keys of the first nKv cells: [headDimK, nKv, nHeadKv] (q·k via mulMat(k, q)). */
-  kView(g: Graph, il: number, nKv: number): Tensor {
-    return this.#tensors.kView(g, il, nKv);
+  kView(g: Graph, il: number, nKv: number, s0 = 0, ns = 1): Tensor {
+    return this.#tensors.kView(g, il, nKv, s0, ns);
   }
 
   /**
    * Values of the first nKv cells: [nKv, headDimV, nHeadKv] when transposed
    * (kqv = mulMat(v, kq)), else [headDimV, nKv, nHeadKv].
    */
-  vView(g: Graph, il: number, nKv: number): Tensor {
-    return this.#tensors.vView(g, il, nKv);
+  vView(g: Graph, il: number, nKv: number, s0 = 0, ns = 1): Tensor {
+    return this.#tensors.vView(g, il, nKv, s0, ns);
   }
 
   /** Rotated part of every cached key: [nRot, nHeadKv, size], for an in-place rope by {@link shiftInput}. */

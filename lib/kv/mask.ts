@@ -35,7 +35,7 @@ export interface MaskWindow {
  * (Uint16Array).
  */
 export function fillKqMask(
-  c: KvCells,
+  cells: KvCells | ((seq: number) => KvCells),
   window: MaskWindow,
   ub: Ubatch,
   nKv: number,
@@ -51,6 +51,8 @@ export function fillKqMask(
   const drop = half ? 0xfc00 : -Infinity;
   for (let t = 0; t < ub.nTokens; t++) {
     const s = ub.seqId[t][0];
+    // With one stream per sequence, each token's row covers its own stream's cells.
+    const c = typeof cells === "function" ? cells(s) : cells;
     const p1 = ub.pos[t];
     const row = t * nKv;
     for (let j = 0; j < nKv; j++) {
@@ -102,10 +104,11 @@ export class KqMask {
 
   /**
    * The mask of `ub` over the first nKv cells of `c` (causal, no ALiBi),
-   * F16 bits with `half`; the array is reused by the next call.
+   * F16 bits with `half`; the array is reused by the next call. With `c` a
+   * function (the cells of each sequence's stream) the whole mask is filled.
    */
   fill(
-    c: KvCells,
+    c: KvCells | ((seq: number) => KvCells),
     window: MaskWindow,
     ub: Ubatch,
     nKv: number,
@@ -117,7 +120,7 @@ export class KqMask {
       this.#nKv = -1;
     }
     const out = this.#out;
-    const one = ub.nTokens === 1 && window.swaType === SwaType.NONE;
+    const one = ub.nTokens === 1 && window.swaType === SwaType.NONE && typeof c !== "function";
     const s = ub.seqId[0][0], p = ub.pos[0];
     const changed = one && this.#nKv === nKv && this.#cells === c && this.#seq === s
       ? c.changedSince(this.#epoch)
@@ -126,7 +129,7 @@ export class KqMask {
     // as to the old one unless its position lies between the two rows'
     // positions: none can, when every such position was at most the old
     // row's then and is at most the new row's now.
-    if (changed && this.#seqMax <= this.#pos && c.seqPosMax(s) <= p) {
+    if (changed && typeof c !== "function" && this.#seqMax <= this.#pos && c.seqPosMax(s) <= p) {
       const drop = half ? 0xfc00 : -Infinity;
       let w = 0;
       for (let k = 0; k < changed.length; k++) {
@@ -141,7 +144,7 @@ export class KqMask {
       fillKqMask(c, window, ub, nKv, out);
       this.#written = n;
     }
-    if (one) {
+    if (one && typeof c !== "function") {
       this.#cells = c;
       this.#nKv = nKv;
       this.#seq = s;

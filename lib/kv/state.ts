@@ -17,6 +17,10 @@
  * necessarily contiguous) as one ubatch of that sequence, and the saved K/V
  * rows are written into those cells.
  *
+ * A cache of one stream per sequence saves a sequence as the state of its
+ * stream, and the whole cache as a container of every stream's state
+ * (./state_streams.ts); each stream is restored as a cache of its own.
+ *
  * Layout (little-endian): a fixed header of 14 u32 (tag, mode, seq, size,
  * head, hasShift, nCells, nLayer, typeK, typeV, nEmbdKGqa, nEmbdVGqa, vTrans,
  * nSeqMax), then per cell (idx, pos, shift, nSeq, seq ids...), then K rows
@@ -32,6 +36,13 @@ import type { KvCache, SlotInfo } from "./cache.ts";
 import { KvError, MAX_SEQ } from "./cells.ts";
 import { isMaskedSwa } from "./swa.ts";
 import { RECURRENT_STATE_TAG, recurrentStateInfo } from "./recurrent_state.ts";
+import {
+  packStreams,
+  planStreams,
+  STREAMS_TAG,
+  streamsInfo,
+  unpackStreams,
+} from "./state_streams.ts";
 
 const TAG = 0x3153564b; // "KVS1"
 const HEADER_WORDS = 14;
@@ -50,6 +61,8 @@ export interface KvStateInfo {
   readonly usedMaxP1: number;
   /** Highest sequence id in the cells + 1 (what a whole restore needs). */
   readonly seqMaxP1: number;
+  /** KV streams of the cache it was saved from (1: unified). */
+  readonly nStream?: number;
 }
 
 /** A checked restore, ready for {@link applyKvRestore}. */
@@ -66,6 +79,8 @@ export interface KvRestorePlan extends KvStateInfo {
   readonly hasShift: boolean;
   /** @internal */
   readonly data: Uint8Array;
+  /** Per stream (a whole cache of one stream per sequence). @internal */
+  readonly streams?: readonly KvRestorePlan[];
 }
 
 /** One saved cell. @internal */
@@ -108,6 +123,14 @@ export function saveKvState(kv: KvCache, seq = -1): Uint8Array {
   if (seq !== -1 && (!Number.isInteger(seq) || seq < 0 || seq >= kv.nSeqMax)) {
     throw new KvError(`kv state: sequence ${seq} outside [0, ${kv.nSeqMax})`);
   }
+  if (kv.nStream === 1) return saveStream(kv, seq);
+  // One stream per sequence: a sequence is its stream's cells; the whole
+  // cache every stream's state, in a container naming the layout.
+  if (seq !== -1) return saveStream(kv.stream(kv.seqStream(seq)), seq);
+  return packStreams(kv, Array.from({ length: kv.nStream }, (_, s) => saveStream(kv.stream(s))));
+}
+
+function saveStream(kv: KvCache, seq = -1): Uint8Array {
   const c = kv.cells;
   const pmax = seq === -1 ? -1 : c.seqPosMax(seq);
   const idxs: number[] = [];
@@ -186,11 +209,12 @@ function copyData(kv: KvCache, idxs: readonly number[], data: Uint8Array, dir: "
 
 /** The header of a saved state, checked for self-consistency only. */
 export function kvStateInfo(bytes: Uint8Array): KvStateInfo {
+  const tag = bytes.length >= 4
+    ? new DataView(bytes.buffer, bytes.byteOffset, 4).getUint32(0, true)
+    : 0;
   // A recurrent model's memory is saved in the same section (./recurrent_state.ts).
-  if (
-    bytes.length >= 4 &&
-    new DataView(bytes.buffer, bytes.byteOffset, 4).getUint32(0, true) === RECURRENT_STATE_TAG
-  ) return recurrentStateInfo(bytes);
+  if (tag === RECURRENT_STATE_TAG) return recurrentStateInfo(bytes);
+  if (tag === STREAMS_TAG) return streamsInfo(unpackStreams(bytes));
   return parse(bytes).info;
 }
 
@@ -345,6 +369,23 @@ function trialSlot(kv: KvCache, ub: Ubatch, dst: number): SlotInfo | null {
  * state into `dst` (default: the sequence it was saved from).
  */
 export function planKvRestore(kv: KvCache, bytes: Uint8Array, dst?: number): KvRestorePlan {
+  const tag = bytes.length >= 4
+    ? new DataView(bytes.buffer, bytes.byteOffset, 4).getUint32(0, true)
+    : 0;
+  if (tag === STREAMS_TAG) return planStreams(kv, unpackStreams(bytes), dst);
+  if (kv.nStream === 1) return planStream(kv, bytes, dst);
+  const info = parse(bytes).info;
+  if (info.mode === "all") {
+    throw new KvError(`kv state: nStream 1 in the state, ${kv.nStream} in the cache`);
+  }
+  const to = dst ?? info.seq;
+  if (!Number.isInteger(to) || to < 0 || to >= kv.nSeqMax) {
+    throw new KvError(`kv state: destination sequence ${to} outside [0, ${kv.nSeqMax})`);
+  }
+  return planStream(kv.stream(kv.seqStream(to)), bytes, to);
+}
+
+function planStream(kv: KvCache, bytes: Uint8Array, dst?: number): KvRestorePlan {
   const p = parse(bytes);
   const { info } = p;
   const mismatch = (what: string, file: unknown, cache: unknown) => {
@@ -411,6 +452,11 @@ export function planKvRestore(kv: KvCache, bytes: Uint8Array, dst?: number): KvR
  * after planning, with nothing changing the cache in between.
  */
 export function applyKvRestore(kv: KvCache, plan: KvRestorePlan): void {
+  if (plan.streams) return plan.streams.forEach((p, s) => applyStream(kv.stream(s), p));
+  applyStream(plan.dst === -1 ? kv : kv.stream(kv.seqStream(plan.dst)), plan);
+}
+
+function applyStream(kv: KvCache, plan: KvRestorePlan): void {
   const c = kv.cells;
   if (plan.dst === -1) {
     kv.clear();
@@ -447,3 +493,6 @@ export function restoreKvState(kv: KvCache, bytes: Uint8Array, dst?: number): Kv
   applyKvRestore(kv, plan);
   return plan;
 }
+
+/** @internal Single-stream save, plan and apply, for ./state_streams.ts. */
+export const streamState = { save: saveStream, plan: planStream, parse };

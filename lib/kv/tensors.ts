@@ -23,8 +23,10 @@ export interface LayerStore {
 
 /** The shape facts of a cache its graph tensors depend on. */
 export interface KvLayout {
-  /** Number of cells. */
+  /** Number of cells per stream. */
   readonly size: number;
+  /** Streams, one after the other in each layer's K and V. */
+  readonly nStream: number;
   /** Layers with storage. */
   readonly nLayer: number;
   /** KV heads. */
@@ -55,6 +57,35 @@ interface StoreNode {
   readonly len: number;
 }
 
+// Token runs of a slot: consecutive tokens in consecutive cells of one stream.
+interface Run {
+  readonly t0: number;
+  readonly s: number;
+  readonly c0: number;
+  len: number;
+}
+
+function slotRuns(slot: SlotInfo, size: number, nStream: number, what: string): Run[] {
+  const runs: Run[] = [];
+  const { idxs, strm } = slot;
+  if (strm && strm.length !== idxs.length) {
+    throw new KvError(`${what}: ${strm.length} streams for ${idxs.length} cells`);
+  }
+  for (let t = 0; t < idxs.length; t++) {
+    const c = idxs[t], s = strm ? strm[t] : 0;
+    if (!Number.isInteger(c) || c < 0 || c >= size) {
+      throw new KvError(`${what}: cell ${c} out of range`);
+    }
+    if (!Number.isInteger(s) || s < 0 || s >= nStream) {
+      throw new KvError(`${what}: stream ${s} out of range`);
+    }
+    const r = runs[runs.length - 1];
+    if (r && r.s === s && r.c0 + r.len === c) r.len++;
+    else runs.push({ t0: t, s, c0: c, len: 1 });
+  }
+  return runs;
+}
+
 /** Per-graph K/V externals, views and store copies of one cache. */
 export class KvTensors {
   #kv: KvLayout;
@@ -74,11 +105,12 @@ export class KvTensors {
     if (!t) {
       const kv = this.#kv;
       const st = kv.storage(il);
+      const cells = kv.size * kv.nStream;
       t = which === "k"
-        ? g.external(`cache_k_l${il}`, kv.typeK, [kv.nEmbdKGqa, kv.size], st.k)
+        ? g.external(`cache_k_l${il}`, kv.typeK, [kv.nEmbdKGqa, cells], st.k)
         : kv.vTrans
-        ? g.external(`cache_v_l${il}`, kv.typeV, [kv.size, kv.nEmbdVGqa], st.v)
-        : g.external(`cache_v_l${il}`, kv.typeV, [kv.nEmbdVGqa, kv.size], st.v);
+        ? g.external(`cache_v_l${il}`, kv.typeV, [kv.size, kv.nEmbdVGqa * kv.nStream], st.v)
+        : g.external(`cache_v_l${il}`, kv.typeV, [kv.nEmbdVGqa, cells], st.v);
       m.set(key, t);
     }
     return t;
@@ -94,40 +126,46 @@ export class KvTensors {
     return this.#external(g, il, "v");
   }
 
-  /** Keys of the first nKv cells: [headDimK, nKv, nHeadKv] (q·k via mulMat(k, q)). */
-  kView(g: Graph, il: number, nKv: number): Tensor {
+  /**
+   * Keys of the first nKv cells: [headDimK, nKv, nHeadKv] (q·k via mulMat(k,
+   * q)); of streams s0..s0+ns-1 as dim 3 when ns > 1 (llama.cpp's get_k).
+   */
+  kView(g: Graph, il: number, nKv: number, s0 = 0, ns = 1): Tensor {
     const kv = this.#kv;
     const k = this.kTensor(g, il);
-    return g.view(k, [kv.nEmbdHeadK, nKv, kv.nHeadKv], [
-      rowSize(kv.typeK, kv.nEmbdKGqa),
-      rowSize(kv.typeK, kv.nEmbdHeadK),
-    ], 0);
+    const row = rowSize(kv.typeK, kv.nEmbdKGqa);
+    const shape = [kv.nEmbdHeadK, nKv, kv.nHeadKv];
+    const strides = [row, rowSize(kv.typeK, kv.nEmbdHeadK)];
+    if (ns === 1) return g.view(k, shape, strides, s0 * row * kv.size);
+    return g.view(k, [...shape, ns], [...strides, row * kv.size], s0 * row * kv.size);
   }
 
   /**
    * Values of the first nKv cells: [nKv, headDimV, nHeadKv] when transposed
    * (kqv = mulMat(v, kq)), else [headDimV, nKv, nHeadKv].
    */
-  vView(g: Graph, il: number, nKv: number): Tensor {
+  vView(g: Graph, il: number, nKv: number, s0 = 0, ns = 1): Tensor {
     const kv = this.#kv;
     const v = this.vTensor(g, il);
-    if (!kv.vTrans) {
-      return g.view(v, [kv.nEmbdHeadV, nKv, kv.nHeadKv], [
+    const stream = rowSize(kv.typeV, kv.nEmbdVGqa) * kv.size;
+    const [shape, strides] = !kv.vTrans
+      ? [[kv.nEmbdHeadV, nKv, kv.nHeadKv], [
         rowSize(kv.typeV, kv.nEmbdVGqa),
         rowSize(kv.typeV, kv.nEmbdHeadV),
-      ], 0);
-    }
-    return g.view(v, [nKv, kv.nEmbdHeadV, kv.nHeadKv], [
-      rowSize(kv.typeV, kv.size),
-      rowSize(kv.typeV, kv.size * kv.nEmbdHeadV),
-    ], 0);
+      ]]
+      : [[nKv, kv.nEmbdHeadV, kv.nHeadKv], [
+        rowSize(kv.typeV, kv.size),
+        rowSize(kv.typeV, kv.size * kv.nEmbdHeadV),
+      ]];
+    if (ns === 1) return g.view(v, shape, strides, s0 * stream);
+    return g.view(v, [...shape, ns], [...strides, stream], s0 * stream);
   }
 
   /** Rotated part of every cached key: [nRot, nHeadKv, size], for an in-place rope by {@link KvCache.shiftInput}. */
   kShiftView(g: Graph, il: number, nRot: number): Tensor {
     const kv = this.#kv;
     const k = this.kTensor(g, il);
-    return g.view(k, [nRot, kv.nHeadKv, kv.size], [
+    return g.view(k, [nRot, kv.nHeadKv, kv.size * kv.nStream], [
       rowSize(kv.typeK, kv.nEmbdHeadK),
       rowSize(kv.typeK, kv.nEmbdKGqa),
     ], 0);
@@ -147,16 +185,7 @@ export class KvTensors {
       throw new KvError(`${what}: ${slot.idxs.length} cells for ${nTok} tokens`);
     }
     const tokStride = threeD ? cur.nb[2] : cur.nb[1];
-    const runs: Array<{ t0: number; c0: number; len: number }> = [];
-    slot.idxs.forEach((c, t) => {
-      if (!Number.isInteger(c) || c < 0 || c >= this.#kv.size) {
-        throw new KvError(`${what}: cell ${c} out of range`);
-      }
-      const r = runs[runs.length - 1];
-      if (r && r.c0 + r.len === c) r.len++;
-      else runs.push({ t0: t, c0: c, len: 1 });
-    });
-    return { runs, tokStride };
+    return { runs: slotRuns(slot, this.#kv.size, this.#kv.nStream, what), tokStride };
   }
 
   /** Copy nodes storing kCur's token rows into the slot's cells (expanded into g, in order). */
@@ -166,9 +195,9 @@ export class KvTensors {
     const w = kv.nEmbdKGqa;
     const row = rowSize(kv.typeK, w);
     const { runs, tokStride } = this.#runs(kCur, w, slot, "storeK");
-    return runs.map(({ t0, c0, len }) => {
+    return runs.map(({ t0, s, c0, len }) => {
       const src = g.view(kCur, [w, len], [tokStride], t0 * tokStride);
-      const node = g.cpy(src, g.view(k, [w, len], [row], this.#storeOffset("k", c0)));
+      const node = g.cpy(src, g.view(k, [w, len], [row], this.#storeOffset("k", s, c0)));
       g.expand(node);
       this.#noteStore(g, { node, which: "k", t0, len });
       return node;
@@ -181,9 +210,9 @@ export class KvTensors {
     const v = this.vTensor(g, il);
     const w = kv.nEmbdVGqa;
     const { runs, tokStride } = this.#runs(vCur, w, slot, "storeV");
-    return runs.map(({ t0, c0, len }) => {
+    return runs.map(({ t0, s, c0, len }) => {
       const src = g.view(vCur, [w, len], [tokStride], t0 * tokStride);
-      const at = this.#storeOffset("v", c0);
+      const at = this.#storeOffset("v", s, c0);
       const node = kv.vTrans
         ? g.cpy(g.transpose(src), g.view(v, [len, w], [rowSize(kv.typeV, kv.size)], at))
         : g.cpy(src, g.view(v, [w, len], [rowSize(kv.typeV, w)], at));
@@ -193,11 +222,12 @@ export class KvTensors {
     });
   }
 
-  // Byte offset of cell c0 in a layer's K or V storage.
-  #storeOffset(which: "k" | "v", c0: number): number {
+  // Byte offset of cell c0 of stream s in a layer's K or V storage.
+  #storeOffset(which: "k" | "v", s: number, c0: number): number {
     const kv = this.#kv;
-    if (which === "k") return c0 * rowSize(kv.typeK, kv.nEmbdKGqa);
-    return c0 * rowSize(kv.typeV, kv.vTrans ? 1 : kv.nEmbdVGqa);
+    if (which === "k") return (s * kv.size + c0) * rowSize(kv.typeK, kv.nEmbdKGqa);
+    const stream = s * kv.size * rowSize(kv.typeV, kv.nEmbdVGqa);
+    return stream + c0 * rowSize(kv.typeV, kv.vTrans ? 1 : kv.nEmbdVGqa);
   }
 
   #noteStore(g: Graph, s: StoreNode): void {
@@ -217,26 +247,16 @@ export class KvTensors {
   moveStores(g: Graph, slot: SlotInfo): Tensor[] | null {
     const stores = this.#stores.get(g);
     if (!stores?.length) return null;
-    // Run starts (token index -> first cell) of the new slot.
-    const idxs = slot.idxs;
-    const startCell = new Map<number, number>();
-    let lens = 0;
-    for (let t = 0; t < idxs.length; t++) {
-      const c = idxs[t];
-      if (!Number.isInteger(c) || c < 0 || c >= this.#kv.size) {
-        throw new KvError(`moveStores: cell ${c} out of range`);
-      }
-      if (t === 0 || idxs[t - 1] + 1 !== c) {
-        startCell.set(t, c);
-        lens++;
-      }
-    }
+    // Run starts (token index -> run) of the new slot.
+    const runs = slotRuns(slot, this.#kv.size, this.#kv.nStream, "moveStores");
+    const start = new Map(runs.map((r) => [r.t0, r]));
     const runsPerGraph = stores.length / (2 * this.#kv.nLayer);
-    if (lens !== runsPerGraph) return null;
+    if (runs.length !== runsPerGraph) return null;
     // As many runs, each old run start a new one: the same cut into runs.
-    for (const s of stores) if (!startCell.has(s.t0)) return null;
+    for (const s of stores) if (!start.has(s.t0)) return null;
     return stores.map((s) => {
-      g.moveView(s.node, this.#storeOffset(s.which, startCell.get(s.t0)!));
+      const r = start.get(s.t0)!;
+      g.moveView(s.node, this.#storeOffset(s.which, r.s, r.c0));
       return s.node;
     });
   }

@@ -2,8 +2,8 @@
  * A context: one model's KV cache, its scheduler over backends and the
  * decode loop of llama_decode (batch → micro-batches → slot → graph →
  * logits). `nSeqMax` sequences share one unified cache (llama.cpp's
- * `kv_unified`); a batch may hold tokens of several of them, decoded in one
- * graph, and the sequence edits (seqRm, seqCp, seqKeep, seqAdd, seqDiv) act
+ * `kv_unified`), or each has a stream of its own (`kvUnified: false`); a
+ * batch may hold tokens of several of them, decoded in one graph, and the sequence edits (seqRm, seqCp, seqKeep, seqAdd, seqDiv) act
  * on the cache between decodes, a K-shift re-rotating moved keys before the
  * next one.
  *
@@ -65,6 +65,8 @@ interface Shape {
   nBatch: number;
   nUbatch: number;
   nSeqMax: number;
+  /** Cells per KV stream: nCtx (unified) or nCtx / nSeqMax. */
+  nCtxSeq: number;
   embeddings: boolean;
   threads?: number;
   kvType: KvType;
@@ -117,8 +119,15 @@ let nextId = 1;
 export class Context implements Disposable, AsyncDisposable {
   /** The model this context runs. */
   readonly model: Model;
-  /** Cache cells, shared by all sequences. */
+  /** Cache cells, all sequences (and streams) together. */
   readonly nCtx: number;
+  /**
+   * Cells one sequence can use: nCtx with a unified cache, nCtx / nSeqMax
+   * with one stream per sequence (llama.cpp's n_ctx_seq).
+   */
+  readonly nCtxSeq: number;
+  /** One KV pool for all sequences, or one stream each ({@link ContextOptions.kvUnified}). */
+  readonly kvUnified: boolean;
   /** Most tokens per {@link decodeBatch} call. */
   readonly nBatch: number;
   /** Most tokens per graph evaluation. */
@@ -170,6 +179,8 @@ export class Context implements Disposable, AsyncDisposable {
     this.flashAttn = p.o.flashAttn;
     this.backendChoice = p.choice;
     this.nCtx = p.o.nCtx;
+    this.nCtxSeq = p.o.nCtxSeq;
+    this.kvUnified = p.o.nCtxSeq === p.o.nCtx;
     this.nBatch = p.o.nBatch;
     this.nUbatch = p.o.nUbatch;
     this.nSeqMax = p.o.nSeqMax;
@@ -208,7 +219,14 @@ export class Context implements Disposable, AsyncDisposable {
     if (!Number.isInteger(want) || want <= 0) {
       throw new ContextError(`nCtx must be a positive integer, got ${want}`);
     }
-    const nCtx = Math.ceil(want / N_KV_PAD) * N_KV_PAD;
+    const pad = (n: number) => Math.ceil(n / N_KV_PAD) * N_KV_PAD;
+    const nSeqMax = options.nSeqMax ?? 1;
+    // llama_context: n_ctx padded to 256; without a unified cache each
+    // sequence's stream gets n_ctx / n_seq_max cells, padded to 256 too.
+    let nCtx = pad(want);
+    const nCtxSeq = options.kvUnified === false ? pad(Math.floor(nCtx / nSeqMax)) : nCtx;
+    if (nCtxSeq === 0) throw new ContextError(`nCtx ${nCtx} gives no cells per sequence`);
+    if (options.kvUnified === false) nCtx = nCtxSeq * nSeqMax;
     const nBatch = options.nBatch ?? 512;
     const nUbatch = options.nUbatch ?? nBatch;
     if (nUbatch > nBatch) {
@@ -219,7 +237,8 @@ export class Context implements Disposable, AsyncDisposable {
       nCtx,
       nBatch,
       nUbatch,
-      nSeqMax: options.nSeqMax ?? 1,
+      nSeqMax,
+      nCtxSeq,
       embeddings: (options.embeddings ?? false) || model.arch.output === "embeddings",
       threads: options.threads,
       kvType: options.kvType ?? "f16",
@@ -493,9 +512,9 @@ export class Context implements Disposable, AsyncDisposable {
     const ids = new Int32Array(n); // a plain loop: Int32Array.from iterates (slow before the JIT warms)
     for (let i = 0; i < n; i++) ids[i] = tokens[i];
     if (!this.hasMemory) checkEncoderInput(this, n);
-    else if (this.nPast + n > this.nCtx) {
+    else if (this.nPast + n > this.nCtxSeq) {
       throw new ContextError(
-        `decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtx}`,
+        `decode: ${this.nPast} cached + ${n} new tokens exceed the context of ${this.nCtxSeq}`,
       );
     }
     const all = opts.allLogits ?? false;

@@ -179,17 +179,13 @@ export class Decoder {
         // two seqAdds then rotate once). Not abortable: half of the layers
         // rotated would corrupt the cache.
         if (kv.hasShift) await this.#applyShift(kv);
-        const ubs: Ubatch[] = [];
-        for (let ub = this.#splitter.splitSimple(this.#nUbatch); ub;) {
-          ubs.push(ub);
-          ub = this.#splitter.splitSimple(this.#nUbatch);
-        }
+        const ubs = this.#split(kv, b);
         // Every micro-batch is placed before any runs (llama_kv_cache::prepare).
         const slots = kv.prepare(ubs);
         if (!slots) {
           throw new ContextError(
             `decode: no room for ${this.#length(b)} tokens in the KV cache ` +
-              `(${kv.cells.used} of ${kv.size} cells used)`,
+              `(${kv.used} of ${kv.size * kv.nStream} cells used)`,
           );
         }
         for (let i = 0; i < ubs.length; i++) {
@@ -201,6 +197,9 @@ export class Decoder {
         for (const i of this.#splitter.outIds) outputIds.push(offset + i);
         offset += this.#length(b);
       }
+      // split_equal takes tokens out of batch order: llama_context puts the
+      // output rows back into it.
+      if (kv.nStream > 1) sortRows(outputIds, out);
     } catch (e) {
       // The whole call is undone, completed micro-batches included, so the
       // caller can retry it: the cells go back to what they were, and the
@@ -211,6 +210,28 @@ export class Decoder {
     return this.#embeddings
       ? { logits: [], embeddings: out, outputIds }
       : { logits: out, outputIds };
+  }
+
+  // llama_kv_cache::init_batch: split_simple over one stream, split_equal
+  // (sequential: consecutive sequence ids, as many tokens each) over streams.
+  #split(kv: KvCache, b: Batch): Ubatch[] {
+    const ubs: Ubatch[] = [];
+    const streams = kv.nStream > 1;
+    const next = () =>
+      streams
+        ? this.#splitter.splitEqual(this.#nUbatch, true)
+        : this.#splitter.splitSimple(this.#nUbatch);
+    try {
+      for (let ub = next(); ub; ub = next()) ubs.push(ub);
+    } catch (e) {
+      // Tokens shared by several sequences (one stream per sequence holds only its own).
+      if (e instanceof KvError) throw new ContextError(`decode: ${e.message} (kvUnified false)`);
+      throw e;
+    }
+    if (this.#splitter.nUsed < this.#length(b)) {
+      throw new ContextError(`decode: the batch could not be split into micro-batches`);
+    }
+    return ubs;
   }
 
   /**
@@ -307,7 +328,7 @@ export class Decoder {
   ): Promise<Float32Array[]> {
     const kv = this.#kv;
     const rs = this.#rs;
-    const nKv = kv ? kv.nKv() : rs ? 1 : ub.nTokens;
+    const nKv = kv ? kv.nKv(slot) : rs ? 1 : ub.nTokens;
     const outRows: number[] = [];
     for (let i = 0; i < ub.nTokens; i++) if (ub.output[i]) outRows.push(i);
     const sched = this.#sched;
@@ -316,7 +337,9 @@ export class Decoder {
     // A recurrent graph's state views depend on the slot's first cell, its
     // width and the cell zeroed (llm_graph_input_rs::can_reuse): in the key.
     const rsKey = rs ? `/rs${rs.head},${rs.n},${rs.rsZ},${ub.nSeqs}` : "";
-    const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}${rsKey}`;
+    // The K/V views of a multi-stream slot start at its first stream.
+    const sKey = slot?.ns ? `/s${slot.s0},${slot.ns}` : "";
+    const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}${rsKey}${sKey}`;
     let last = this.#last?.key === key ? this.#last : null;
     // Without a cache a graph of the same shape is reused as it is.
     const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
@@ -355,7 +378,8 @@ export class Decoder {
       // F16 bits for flash attention's mask.
       const half = io.mask.type === GGMLType.F16;
       if (kv) {
-        sched.setInput(io.mask, this.#kqMask.fill(kv.cells, kv, ub, nKv, half));
+        const cells = kv.nStream > 1 ? kv.cellsOf : kv.cells;
+        sched.setInput(io.mask, this.#kqMask.fill(cells, kv, ub, nKv, half));
       } else {
         const n = nKv * ub.nTokens;
         if (this.#mask.length !== n || (this.#mask instanceof Uint16Array) !== half) {
@@ -383,4 +407,11 @@ export class Decoder {
     const width = io.output.ne[0];
     return outRows.map((_, r) => all.subarray(r * width, (r + 1) * width));
   }
+}
+
+// Rows and their batch indices, sorted by batch index together.
+function sortRows(ids: number[], rows: Float32Array[]): void {
+  const order = ids.map((id, k) => [id, k] as const).sort((a, b) => a[0] - b[0]);
+  const r = order.map(([, k]) => rows[k]);
+  order.forEach(([id], k) => (ids[k] = id, rows[k] = r[k]));
 }

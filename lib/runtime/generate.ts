@@ -239,9 +239,9 @@ export async function* generate(
     tok.encode(text, { addSpecial: opts.addSpecial ?? true, parseSpecial: opts.parseSpecial });
   const promptIds = encode(prompt);
   if (promptIds.length === 0) throw new RangeError("generate: the prompt has no tokens");
-  if (promptIds.length > ctx.nCtx) {
+  if (promptIds.length > ctx.nCtxSeq) {
     throw new ContextError(
-      `generate: the prompt has ${promptIds.length} tokens; the context holds ${ctx.nCtx}`,
+      `generate: the prompt has ${promptIds.length} tokens; the context holds ${ctx.nCtxSeq}`,
     );
   }
   const shift = shiftRule(opts, ctx, tok.encode("", { addSpecial: opts.addSpecial ?? true }));
@@ -298,8 +298,8 @@ export async function* generate(
       // shift when the next token would fill the context.
       let full = false;
       for (const t of guide ? [main, guide] : [main]) {
-        if (!shift) full ||= t.nPast() + 1 > ctx.nCtx;
-        else if (t.nPast() + 1 >= ctx.nCtx) {
+        if (!shift) full ||= t.nPast() + 1 > ctx.nCtxSeq;
+        else if (t.nPast() + 1 >= ctx.nCtxSeq) {
           await t.erase(...shift(t.nPast()));
           shifts++;
         }
@@ -356,7 +356,7 @@ function shiftRule(
   const cfg = o === true ? {} : o;
   const bos = specialOnly.length > 0 ? 1 : 0;
   return (nPast) => {
-    const nKeep = Math.min(ctx.nCtx - 4, (cfg.nKeep ?? 0) + bos);
+    const nKeep = Math.min(ctx.nCtxSeq - 4, (cfg.nKeep ?? 0) + bos);
     const nLeft = nPast - nKeep;
     let nDiscard = cfg.nDiscard ? cfg.nDiscard : Math.trunc(nLeft / 2);
     nDiscard = Math.min(Math.max(nDiscard, 0), Math.max(0, nLeft - 1));

@@ -75,8 +75,8 @@ export function buildShiftGraph(model: Model, kv: KvCache): ShiftGraph {
   const hp = model.hparams;
   const g = new Graph();
   const leaves = new WeightLeaves(model.file, g);
-  const shift = g.input("k_shift", GGMLType.I32, [kv.size]);
-  // The forward pass sees the whole unified cache as one sequence's context.
+  const shift = g.input("k_shift", GGMLType.I32, [kv.size * kv.nStream]);
+  // A sequence's context is its stream (the whole cache when unified).
   const ref = model.arch.ropeFactors?.(model.weights, hp, kv.size);
   const rope = { ...hp.rope, inplace: true, freqFactors: ref ? leaves.get(ref) : undefined };
   const quantized = ggmlTypeInfo(kv.typeK)!.blockSize > 1;

@@ -31,6 +31,8 @@ export interface MemoryShape {
   readonly nUbatch: number;
   /** Sequences. */
   readonly nSeqMax: number;
+  /** Cells per KV stream: nCtx for one unified stream, else nCtx / nSeqMax (one per sequence). */
+  readonly nCtxSeq?: number;
   /** Outputs are hidden states. */
   readonly embeddings: boolean;
   /** KV cache element type. */
@@ -66,9 +68,11 @@ export interface ContextMemory {
 /** Measures, then allocates `model`'s memory and arenas for shape `o`; registered on `p.stack`. */
 export function allocateMemory(model: Model, o: MemoryShape, p: MemoryPlacement): ContextMemory {
   const hp = model.hparams;
+  const nCtxSeq = o.nCtxSeq ?? o.nCtx;
   const newKv = (pick: (layer: number) => Backend) =>
     model.arch.memory !== "kv" ? null : new KvCache({
-      size: o.nCtx,
+      size: nCtxSeq,
+      nStream: o.nCtx / nCtxSeq,
       nLayer: hp.nLayer,
       nHeadKv: hp.nHeadKv,
       nEmbdHeadK: hp.headDimK,
@@ -99,12 +103,14 @@ export function allocateMemory(model: Model, o: MemoryShape, p: MemoryPlacement)
   // Worst case: a full micro-batch attending the whole cache (or, without
   // a cache, the whole micro-batch).
   const n = Math.min(o.nUbatch, o.nCtx);
+  // (With streams: one stream's window; the tokens of several streams'
+  // slots attend windows of that size each, no more in all.)
   const worst = (kv: KvCache | null, rs: RecurrentMemory | null): Graph => {
     const step = {
       nTokens: n,
       nOutputs: n,
-      nKv: kv ? o.nCtx : rs ? 1 : n,
-      slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i) } : null,
+      nKv: kv ? nCtxSeq : rs ? 1 : n,
+      slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i % nCtxSeq) } : null,
       embeddings: o.embeddings,
     };
     const build = () => buildGraph(model, kv, p.taps, step, rs, o.flashAttn).g;

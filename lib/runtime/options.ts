@@ -37,6 +37,16 @@ export interface ContextOptions {
    */
   nSeqMax?: number;
   /**
+   * One KV pool for all sequences (true, the default: every token of a
+   * batch attends over the cells of every sequence, masked), or one KV
+   * stream per sequence (false, llama.cpp's kv_unified = false): each
+   * sequence gets nCtx / nSeqMax cells (rounded up to 256; nCtx becomes
+   * that times nSeqMax), and a batch of several sequences attends stream by
+   * stream. Tokens shared by several sequences, and copies of part of a
+   * sequence into another, then need a unified cache.
+   */
+  kvUnified?: boolean;
+  /**
    * Output final hidden states (after the output norm, llama.cpp's
    * `result_norm`) instead of logits, in {@link DecodeResult.embeddings}.
    * Encoders (bert) always do. Default false.
@@ -145,6 +155,7 @@ const CONTEXT_KEYS = [
   "nBatch",
   "nUbatch",
   "nSeqMax",
+  "kvUnified",
   "embeddings",
   "threads",
   "kvType",
@@ -166,6 +177,7 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
   c.int("nBatch", o.nBatch, 1, INT32_MAX);
   c.int("nUbatch", o.nUbatch, 1, INT32_MAX);
   c.int("nSeqMax", o.nSeqMax, 1, MAX_SEQ);
+  c.bool("kvUnified", o.kvUnified);
   c.bool("embeddings", o.embeddings);
   c.int("threads", o.threads, 1, MAX_THREADS);
   c.bool("flashAttn", o.flashAttn);

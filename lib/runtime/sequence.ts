@@ -102,10 +102,10 @@ export class Sequence implements Disposable {
       checkTokenIds("Sequence.evaluate", tokens, this.context.model.hparams.nVocab);
       if (tokens.length === 0) throw new ContextError("evaluate: no tokens");
       const n = tokens.length;
-      if (this.nPast + n > this.context.nCtx) {
+      if (this.nPast + n > this.context.nCtxSeq) {
         throw new ContextError(
           `evaluate: sequence ${this.id} holds ${this.nPast} tokens; ${n} more exceed ` +
-            `the context of ${this.context.nCtx}`,
+            `the context of ${this.context.nCtxSeq}`,
         );
       }
       opts.signal?.throwIfAborted();
@@ -449,6 +449,9 @@ export class SequenceQueue {
   }
 
   async #decode(lease: ContextLease, spans: Span[]): Promise<void> {
+    // One KV stream per sequence: in sequence order, so that split_equal
+    // (sequential) puts consecutive sequences into one micro-batch.
+    if (!this.#ctx.kvUnified) spans.sort((a, b) => a.r.seq.id - b.r.seq.id);
     const n = spans.reduce((a, s) => a + s.n, 0);
     const tokens = new Int32Array(n);
     const seqIds = new Array<number>(n);

@@ -80,6 +80,14 @@ export interface HandlerOptions {
   flashAttn?: boolean;
   /** KV cache type (default f16). */
   kvType?: "f16" | "f32" | "q8_0";
+  /**
+   * One KV pool shared by all slots (true, llama-server's --kv-unified), or
+   * one KV stream per sequence (false, the default): a decode step of many
+   * slots attends each slot's own cells only, not every slot's. With
+   * streams each sequence (the slots and the guidance sequences beside
+   * them) gets the per-slot context.
+   */
+  kvUnified?: boolean;
   /** Requests that may wait for a slot; beyond them a 503 with Retry-After (default 64 per slot). */
   maxQueue?: number;
   /**
@@ -133,10 +141,13 @@ export function createHandler(options: HandlerOptions): Handler {
     }
     // Twice the slots in sequence ids: a request with classifier-free
     // guidance runs its negative prompt on a second sequence.
+    const nSeqMax = Math.min(2 * parallel, MAX_SEQ);
+    const kvUnified = options.kvUnified ?? false;
     const ctx = await Context.create(model, {
-      nSeqMax: Math.min(2 * parallel, MAX_SEQ),
+      nSeqMax,
+      kvUnified,
       nBatch: options.batchSize,
-      nCtx: perSlot * parallel,
+      nCtx: perSlot * (kvUnified ? parallel : nSeqMax),
       threads: options.threads,
       flashAttn: options.flashAttn,
       kvType: options.kvType,

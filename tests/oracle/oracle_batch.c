@@ -1,6 +1,6 @@
 /*
  * Multi-sequence shim: a llama.cpp context with n_seq_max sequences over one
- * unified KV pool (kv_unified = true, the layout our engine mirrors), a
+ * unified KV pool (kv_unified = true; ob_ctx_new_ex also one stream each), a
  * general batch decode (positions, several sequence ids per token, per-token
  * output flags) and the llama_memory_seq_* operations. Flash attention is off
  * as in oracle.c: our engine follows the mul_mat/soft_max/mul_mat path.
@@ -14,7 +14,7 @@
  * default). n_ctx is padded to a multiple of 256 by llama.cpp (ob_n_ctx
  * reads back what it made). Flash attention is set explicitly either way. */
 static void *ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
-                     int32_t n_threads, int32_t type_k, int32_t type_v, int flash) {
+                     int32_t n_threads, int32_t type_k, int32_t type_v, int flash, int unified) {
   struct llama_context_params p = llama_context_default_params();
   p.n_ctx = (uint32_t)n_ctx;
   p.n_batch = (uint32_t)n_batch;
@@ -25,7 +25,7 @@ static void *ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, 
   p.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   p.type_k = (enum ggml_type)type_k;
   p.type_v = (enum ggml_type)type_v;
-  p.kv_unified = true;
+  p.kv_unified = unified != 0;
   p.no_perf = 1;
   return llama_init_from_model((struct llama_model *)m, p);
 }
@@ -33,14 +33,22 @@ static void *ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, 
 /* A context with flash attention off: the oracle of our default contexts. */
 void *ob_ctx_new(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
                  int32_t n_threads, int32_t type_k, int32_t type_v) {
-  return ctx_new(m, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, type_k, type_v, 0);
+  return ctx_new(m, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, type_k, type_v, 0, 1);
 }
 
 /* ob_ctx_new with flash attention ON (LLAMA_FLASH_ATTN_TYPE_ENABLED): the
  * oracle of our flashAttn contexts, the only ones with a quantized V cache. */
 void *ob_ctx_new_fa(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
                     int32_t n_threads, int32_t type_k, int32_t type_v) {
-  return ctx_new(m, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, type_k, type_v, 1);
+  return ctx_new(m, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, type_k, type_v, 1, 1);
+}
+
+/* ctx_new with flash attention and kv_unified as given: kv_unified = 0 gives
+ * one KV stream per sequence (n_ctx / n_seq_max cells each, padded to 256). */
+void *ob_ctx_new_ex(void *m, int32_t n_ctx, int32_t n_batch, int32_t n_ubatch, int32_t n_seq_max,
+                    int32_t n_threads, int32_t type_k, int32_t type_v, int32_t flash,
+                    int32_t unified) {
+  return ctx_new(m, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, type_k, type_v, flash, unified);
 }
 
 /* llama_n_ctx: the context size after llama.cpp's padding (the KV cells). */

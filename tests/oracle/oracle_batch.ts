@@ -18,6 +18,10 @@ const SYMBOLS = {
     parameters: ["pointer", "i32", "i32", "i32", "i32", "i32", "i32", "i32"],
     result: "pointer",
   },
+  ob_ctx_new_ex: {
+    parameters: ["pointer", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i32"],
+    result: "pointer",
+  },
   ob_n_ctx: { parameters: ["pointer"], result: "i32" },
   ob_decode: {
     parameters: ["pointer", "i32", "buffer", "buffer", "buffer", "buffer", "buffer"],
@@ -56,6 +60,8 @@ export interface OracleBatchOptions {
   typeV?: number;
   /** Flash attention on (needed for a quantized V cache). Default false. */
   flashAttn?: boolean;
+  /** kv_unified: one KV pool (true, the default) or one stream per sequence. */
+  kvUnified?: boolean;
 }
 
 /** A general batch, as llama_batch holds it. */
@@ -108,7 +114,7 @@ export class OracleBatchContext implements Disposable {
     const s = lib.symbols;
     const nBatch = opts.nBatch ?? 256;
     const nSeqMax = opts.nSeqMax ?? 1;
-    const ctx = (opts.flashAttn ? s.ob_ctx_new_fa : s.ob_ctx_new)(
+    const ctx = s.ob_ctx_new_ex(
       model.ptr,
       opts.nCtx ?? 256,
       nBatch,
@@ -117,6 +123,8 @@ export class OracleBatchContext implements Disposable {
       opts.threads ?? 1,
       opts.typeK ?? 1,
       opts.typeV ?? 1,
+      opts.flashAttn ? 1 : 0,
+      opts.kvUnified === false ? 0 : 1,
     );
     if (!ctx) throw new Error("oracle_batch: llama_init_from_model failed");
     return new OracleBatchContext(s, ctx, model.nVocab, nSeqMax);

@@ -98,7 +98,10 @@ export class GraphBuilder {
   readonly tokens: Tensor | null;
   /** F32 [nEmbd, nTokens] input embeddings, in place of tokens (Step.inputEmbd). */
   readonly embdIn: Tensor | null;
-  /** Additive attention mask [nKv, nTokens]: F32, or F16 for flash attention. */
+  /**
+   * Additive attention mask [nKv, nTokens] ([nKv, nTokens / ns, 1, ns] over
+   * a slot of ns KV streams): F32, or F16 for flash attention.
+   */
   readonly mask: Tensor;
   /**
    * Attention as ggml_flash_attn_ext: a cache whose V is not transposed is
@@ -147,9 +150,18 @@ export class GraphBuilder {
         `GraphBuilder: flashAttn ${o.flashAttn} with a cache whose vTrans is ${o.kv.vTrans}`,
       );
     }
-    // build_attn_inp_kq_mask: F16 for flash attention (no row padding at this revision).
+    // build_attn_inp_kq_mask: F16 for flash attention (no row padding at this
+    // revision); one [nKv, n / ns] plane per KV stream of the slot.
     const maskType = this.flashAttn ? GGMLType.F16 : GGMLType.F32;
-    this.mask = o.g.input("kq_mask", maskType, [o.step.nKv, n]);
+    const ns = o.step.slot?.ns ?? 1;
+    this.mask = o.g.input(
+      "kq_mask",
+      maskType,
+      ns > 1 ? [o.step.nKv, n / ns, 1, ns] : [
+        o.step.nKv,
+        n,
+      ],
+    );
     this.outIds = o.step.nOutputs > 0 && o.step.nOutputs < n
       ? o.g.input("inp_out_ids", GGMLType.I32, [o.step.nOutputs])
       : null;
@@ -267,8 +279,14 @@ export class GraphBuilder {
       this.kv.storeV(g, il, v, this.step.slot!);
       g.expand(q);
       this.kv.storeK(g, il, k, this.step.slot!);
-      kAll = this.kv.kView(g, il, this.step.nKv);
-      vAll = this.kv.vView(g, il, this.step.nKv);
+      const { s0 = 0, ns = 1 } = this.step.slot!;
+      kAll = this.kv.kView(g, il, this.step.nKv, s0, ns);
+      vAll = this.kv.vView(g, il, this.step.nKv, s0, ns);
+      // build_attn_mha: the tokens split into the slot's streams (dim 3),
+      // each stream's tokens attending only its own cells.
+      if (ns > 1) {
+        q = g.view(q, [q.ne[0], q.ne[1], n / ns, ns], [q.nb[1], q.nb[2], q.nb[2] * n / ns], 0);
+      }
     } else {
       // build_attn_mha without a cache: heads outer, and V transposed so
       // one mul_mat per head computes kq·v.
@@ -278,7 +296,7 @@ export class GraphBuilder {
         : g.cont(g.transpose(g.permute(v, 0, 2, 1, 3))); // [n, headDimV, nHeadKv]
     }
     // Heads become the outer dimension so one mul_mat per head pair does q·k.
-    const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead]
+    const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead(, ns)]
     if (this.flashAttn) {
       // build_attn_mha's flash path: one op over the cache views (V not
       // transposed), F32 accumulation; its [headDimV, nHead, n] result is
