@@ -125,6 +125,7 @@ static void tile_block(const le_gemm_tiles *gt, int64_t K, const char *x, size_t
  * stays guards the trait lookups and function pointers mul_mat calls. */
 int le_mul_mat_check(const le_node *n) {
   const le_type_traits *t = le_traits(n->src[0].type);
+  if (n->src[0].flags && le_repacked_check(n)) return -1;
   if (!t) {
     le_set_error("mul_mat: unsupported src0 type %d", n->src[0].type);
     return -1;
@@ -215,7 +216,8 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
   }
 
-  const le_gemm_tiles *gt = panel || d->nb[1] % 4 ? NULL : tiles_for(n, t);
+  const int repacked = a->flags == LE_FLAG_Q4_0_8X8;
+  const le_gemm_tiles *gt = panel || repacked || d->nb[1] % 4 ? NULL : tiles_for(n, t);
   const int64_t blk_rows = panel ? PANEL_ROWS : BLK_ROWS;
   const int64_t nrb = (M + blk_rows - 1) / blk_rows;
   const int64_t units = nrb * ne12 * ne13;
@@ -241,6 +243,11 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
                       ir1 - ir0, (const float *)(const void *)ybase,
                       (direct ? (size_t)b->nb[1] : vrow) / 4, ne11, dbase + ir0,
                       (size_t)d->nb[1] / 4);
+      continue;
+    }
+    if (repacked) { /* 2-D: plane 0 only; ir0, ir1 multiples of 8 (M % 8 == 0) */
+      le_q4_0x8_rows(K, arow, ir0, ir1, (const char *)wdata, vrow, ne11, (float *)(uintptr_t)d->data,
+                     (size_t)d->nb[1] / 4);
       continue;
     }
     if (gt) {

@@ -1,0 +1,195 @@
+/**
+ * Repacked Q4_0 weights (lib/backend/cpu_repack.ts, kernels/src/repack.c)
+ * against the plain rows: the CPU backend repacks a mapped Q4_0 weight with
+ * ne1 % 8 == 0 where llama.cpp's matching variant would (AVX2), and every
+ * MUL_MAT output must keep its bits — 1 to 17 columns (gemv, groups of 4
+ * for gemm and the leftovers), row counts of 1, 2, 3 and 5 groups of 8 (odd
+ * numbers of 16-row units), 1 to 3 threads. Weights llama.cpp keeps plain
+ * (ne1 % 8 != 0, writable buffers) must not be repacked. The portable
+ * kernel over the repacked layout (used when the SIMD level changes after a
+ * weight was repacked) must give the same bits too.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { loadLibrary } from "../ffi/library.ts";
+import { SimdLevel } from "../ffi/symbols.ts";
+import { CpuBackend } from "../lib/backend/cpu.ts";
+import type { Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
+import type { BackendBuffer } from "../lib/ggml/memory.ts";
+import { mapFile } from "../lib/gguf/mmap.ts";
+import { Op } from "../lib/graph/ops.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
+import { fp16ToF32 } from "../lib/ggml/half.ts";
+import { mulberry32 as rng } from "./rng.ts";
+
+const lib = await loadLibrary();
+const { F32, Q4_0, Q8_0 } = GGMLType;
+const avx2 = (lib.symbols.le_cpu_features() & 1) !== 0;
+const level = lib.symbols.le_set_simd_level(SimdLevel.BEST);
+
+/** K x M random Q4_0 weights (llama.cpp's reference quantizer), scales over decades. */
+function weights(k: number, m: number, seed: number): Uint8Array {
+  const r = rng(seed);
+  const w = Float32Array.from({ length: k * m }, (_, i) => {
+    const x = (r() - 0.5) * 2, block = Math.floor(i / 32);
+    return x * (block % 7 === 3 ? 300 : block % 5 === 1 ? 1e-4 : 1);
+  });
+  const a = new Uint8Array((w.length / 32) * 18);
+  assert.equal(lib.symbols.le_quantize_row(Q4_0, w, a, BigInt(w.length)), 0);
+  return a;
+}
+
+function tensor(type: number, ne: Dims, buffer: BackendBuffer, offset = 0): ResolvedTensor {
+  const esize = type === Q4_0 ? 18 : 4, row = (ne[0] * esize) / (type === Q4_0 ? 32 : 1);
+  const nb: Dims = [esize, row, row * ne[1], row * ne[1] * ne[2]];
+  return { type, ne, nb, data: { buffer, offset } };
+}
+
+/** mul_mat of weights `wbuf` (at `off`, K x M) and `b` (K x N f32) on `cpu`. */
+async function mulMat(
+  cpu: CpuBackend,
+  wbuf: BackendBuffer,
+  off: number,
+  k: number,
+  m: number,
+  b: Float32Array,
+): Promise<Float32Array> {
+  const n = b.length / k;
+  const bb = cpu.alloc(b.byteLength), db = cpu.alloc(m * n * 4);
+  bb.bytes.set(new Uint8Array(b.buffer));
+  const node = {
+    op: Op.MUL_MAT as ExecNode["op"],
+    dst: tensor(F32, [m, n, 1, 1], db),
+    src: [tensor(Q4_0, [k, m, 1, 1], wbuf, off), tensor(F32, [k, n, 1, 1], bb)],
+    params: new Int32Array(16),
+    name: "mul_mat",
+  } as ExecNode;
+  await cpu.compute([node]);
+  const out = new Float32Array(db.bytes.slice(0, m * n * 4).buffer);
+  cpu.free(bb);
+  cpu.free(db);
+  return out;
+}
+
+function assertSameBits(got: Float32Array, want: Float32Array, m: number, label: string): void {
+  const g = new Uint32Array(got.buffer), w = new Uint32Array(want.buffer);
+  const bad = g.findIndex((x, i) => x !== w[i]);
+  assert.equal(
+    bad,
+    -1,
+    `${label}: output ${bad} (row ${bad % m}, column ${Math.floor(bad / m)}) ` +
+      `repacked ${got[bad]}, plain ${want[bad]}`,
+  );
+}
+
+// Several weights in one mapped file, at offsets that are not 64-byte aligned.
+const K = 256;
+const SHAPES = [{ m: 8 }, { m: 16 }, { m: 24 }, { m: 40 }, { m: 12 }, { m: 36 }];
+const COLUMNS = [1, 2, 3, 4, 5, 8, 17];
+
+Deno.test({
+  name: "repack: Q4_0 mul_mat on repacked weights equals the plain rows bit for bit " +
+    "(1 to 17 columns, 1 to 5 row groups, 1 to 3 threads)" + (avx2 ? "" : " [skipped: no AVX2]"),
+  ignore: !avx2,
+  fn: async () => {
+    const dir = await Deno.makeTempDir();
+    try {
+      const parts = SHAPES.map((s, i) => weights(K, s.m, 7 + i));
+      const offsets: number[] = [];
+      let size = 2;
+      for (const p of parts) offsets.push(size), size += p.length + 2;
+      const file = new Uint8Array(size);
+      parts.forEach((p, i) => file.set(p, offsets[i]));
+      const path = join(dir, "w.bin");
+      await Deno.writeFile(path, file);
+      using map = mapFile(path, lib);
+      const r = rng(99);
+      for (const threads of [1, 2, 3]) {
+        using plain = new CpuBackend({ threads, library: lib, repack: false });
+        using packed = new CpuBackend({ threads, library: lib });
+        for (const [i, { m }] of SHAPES.entries()) {
+          for (const n of COLUMNS) {
+            const b = Float32Array.from({ length: K * n }, () => (r() - 0.5) * 4);
+            const want = await mulMat(plain, map, offsets[i], K, m, b);
+            const got = await mulMat(packed, map, offsets[i], K, m, b);
+            assertSameBits(got, want, m, `M ${m} N ${n}, ${threads} threads`);
+          }
+        }
+        assert.equal(plain.repackedBytes, 0);
+        // Only the weights with ne1 % 8 == 0, each once.
+        const expected = SHAPES.reduce((t, s, i) => t + (s.m % 8 ? 0 : parts[i].length), 0);
+        assert.equal(packed.repackedBytes, expected);
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+/**
+ * The repack order computed independently: per output acc = fma(block
+ * integer dot, d_x * d_y, acc) over blocks, activations through llama.cpp's
+ * reference q8_0 quantizer (what the scalar level uses). The fma is the
+ * exact product plus acc rounded once in double, then to float.
+ */
+function reference(a: Uint8Array, k: number, m: number, b: Float32Array): Float32Array {
+  const n = b.length / k, nb = k / 32, out = new Float32Array(m * n);
+  const q = new Uint8Array(n * nb * 34);
+  assert.equal(lib.symbols.le_quantize_row(Q8_0, b, q, BigInt(b.length)), 0);
+  const qv = new DataView(q.buffer), av = new DataView(a.buffer);
+  for (let c = 0; c < n; c++) {
+    for (let r = 0; r < m; r++) {
+      let acc = 0;
+      for (let i = 0; i < nb; i++) {
+        const xo = (r * nb + i) * 18, yo = (c * nb + i) * 34;
+        let isum = 0;
+        for (let j = 0; j < 16; j++) {
+          const x = a[xo + 2 + j];
+          isum += ((x & 15) - 8) * qv.getInt8(yo + 2 + j) +
+            ((x >> 4) - 8) * qv.getInt8(yo + 18 + j);
+        }
+        const d = Math.fround(
+          fp16ToF32(av.getUint16(xo, true)) * fp16ToF32(qv.getUint16(yo, true)),
+        );
+        acc = Math.fround(isum * d + acc);
+      }
+      out[c * m + r] = acc;
+    }
+  }
+  return out;
+}
+
+Deno.test({
+  name: "repack: writable buffers are not repacked; a repacked weight met at the scalar level " +
+    "takes the portable kernel, in the repack order" + (avx2 ? "" : " [skipped: no AVX2]"),
+  ignore: !avx2,
+  fn: async () => {
+    const a = weights(K, 24, 3);
+    const b = Float32Array.from({ length: K * 6 }, (_, i) => Math.sin(i) * 3);
+    {
+      using cpu = new CpuBackend({ threads: 2, library: lib });
+      const wb = cpu.alloc(a.length);
+      wb.bytes.set(a);
+      await mulMat(cpu, wb, 0, K, 24, b);
+      assert.equal(cpu.repackedBytes, 0);
+    }
+    const dir = await Deno.makeTempDir();
+    try {
+      const path = join(dir, "w.bin");
+      await Deno.writeFile(path, a);
+      using map = mapFile(path, lib);
+      using cpu = new CpuBackend({ threads: 2, library: lib });
+      await mulMat(cpu, map, 0, K, 24, b);
+      assert.equal(cpu.repackedBytes, a.length);
+      try {
+        assert.equal(lib.symbols.le_set_simd_level(SimdLevel.SCALAR), SimdLevel.SCALAR);
+        const want = reference(a, K, 24, b);
+        assertSameBits(await mulMat(cpu, map, 0, K, 24, b), want, 24, "scalar level");
+      } finally {
+        lib.symbols.le_set_simd_level(level);
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
