@@ -7,7 +7,9 @@
  * numbers of 16-row units), 1 to 3 threads. Weights llama.cpp keeps plain
  * (ne1 % 8 != 0, writable buffers) must not be repacked. The portable
  * kernel over the repacked layout (used when the SIMD level changes after a
- * weight was repacked) must give the same bits too.
+ * weight was repacked) must give the same bits too. And against llama.cpp:
+ * its haswell variant with the weight in its CPU_REPACK buffer (its q4_0_8x8
+ * gemv and gemm kernels) gives the same bits as ours.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -20,6 +22,8 @@ import { mapFile } from "../lib/gguf/mmap.ts";
 import { Op } from "../lib/graph/ops.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
 import { fp16ToF32 } from "../lib/ggml/half.ts";
+import { loadOracle, variantUnavailable } from "./oracle/oracle.ts";
+import { loadOracleMulMat } from "./oracle/oracle_mul_mat.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
 const lib = await loadLibrary();
@@ -78,7 +82,7 @@ function assertSameBits(got: Float32Array, want: Float32Array, m: number, label:
     bad,
     -1,
     `${label}: output ${bad} (row ${bad % m}, column ${Math.floor(bad / m)}) ` +
-      `repacked ${got[bad]}, plain ${want[bad]}`,
+      `got ${got[bad]}, want ${want[bad]}`,
   );
 }
 
@@ -189,6 +193,41 @@ Deno.test({
         lib.symbols.le_set_simd_level(level);
       }
     } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+const HASWELL = await variantUnavailable("haswell", SimdLevel.AVX2, lib);
+Deno.test({
+  name: "repack: Q4_0 repacked mul_mat equals llama.cpp's haswell CPU_REPACK one bit for bit " +
+    "(1 to 17 columns, 1 and 3 threads)" + (HASWELL ? ` [skipped: ${HASWELL}]` : ""),
+  ignore: HASWELL !== "",
+  fn: async () => {
+    const om = await loadOracleMulMat();
+    const oracleLevel = (await loadOracle()).cpu.simdLevel;
+    const dir = await Deno.makeTempDir();
+    try {
+      assert.equal(lib.symbols.le_set_simd_level(SimdLevel.AVX2), SimdLevel.AVX2);
+      for (const [i, m] of [8, 24, 40].entries()) {
+        const a = weights(K, m, 50 + i);
+        const path = join(dir, `w${m}.bin`);
+        await Deno.writeFile(path, a);
+        using map = mapFile(path, lib);
+        for (const n of COLUMNS) {
+          const b = Float32Array.from({ length: K * n }, (_, j) => Math.cos(j * 0.7 + m) * 2);
+          const want = om.mulMatRepacked("haswell", { type: Q4_0, k: K, m, n }, a, b);
+          assert.ok(want, "haswell has no Q4_0 repack for this shape");
+          for (const threads of [1, 3]) {
+            using cpu = new CpuBackend({ threads, library: lib });
+            const got = await mulMat(cpu, map, 0, K, m, b);
+            assert.equal(cpu.repackedBytes, a.length);
+            assertSameBits(got, want, m, `vs llama.cpp: M ${m} N ${n}, ${threads} threads`);
+          }
+        }
+      }
+    } finally {
+      lib.symbols.le_set_simd_level(oracleLevel);
       await Deno.remove(dir, { recursive: true });
     }
   },
