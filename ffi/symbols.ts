@@ -38,7 +38,11 @@ export const SYMBOLS = {
   le_quantize_row: { parameters: ["i32", "buffer", "buffer", "i64"], result: "i32" },
   le_vec_dot: { parameters: ["i32", "i64", "buffer", "buffer", "buffer"], result: "i32" },
   le_repack_flag: { parameters: ["i32", "i64", "i64"], result: "i32" },
-  le_repack: { parameters: ["i32", "i32", "pointer", "pointer", "i64", "i64"], result: "i32" },
+  le_repack_size: { parameters: ["i32", "i32", "i64", "i64"], result: "i64" },
+  le_repack: {
+    parameters: ["i32", "i32", "pointer", "pointer", "u64", "i64", "i64"],
+    result: "i32",
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The opened library's callable symbols. */
@@ -83,6 +87,8 @@ export interface TensorShape {
 
 /** `LE_FLAG_Q4_0_8X8`: a MUL_MAT src0 holding Q4_0 rows repacked 8 at a time (le_repack). */
 export const FLAG_Q4_0_8X8 = 1;
+/** `LE_FLAG_Q4_K_8X8`: a MUL_MAT src0 holding Q4_K rows repacked 8 at a time. */
+export const FLAG_Q4_K_8X8 = 2;
 
 /**
  * Writes one `le_tensor` record at `off`: type, flags (0 unless the data is

@@ -1,7 +1,8 @@
 /**
- * Repacked Q4_0 weights (lib/backend/cpu_repack.ts, kernels/src/repack.c)
- * against the plain rows: the CPU backend repacks a mapped Q4_0 weight with
- * ne1 % 8 == 0 where llama.cpp's matching variant would (AVX2), and every
+ * Repacked Q4_0 and Q4_K weights (lib/backend/cpu_repack.ts,
+ * kernels/src/repack.c, repack_q4_k.c) against the plain rows: the CPU
+ * backend repacks a mapped weight of those types with ne1 % 8 == 0 where
+ * llama.cpp's matching variant would (AVX2), and every
  * MUL_MAT output must keep its bits — 1 to 17 columns (gemv, groups of 4
  * for gemm and the leftovers), row counts of 1, 2, 3 and 5 groups of 8 (odd
  * numbers of 16-row units), 1 to 3 threads. Weights llama.cpp keeps plain
@@ -9,7 +10,7 @@
  * kernel over the repacked layout (used when the SIMD level changes after a
  * weight was repacked) must give the same bits too. And against llama.cpp:
  * its haswell variant with the weight in its CPU_REPACK buffer (its q4_0_8x8
- * gemv and gemm kernels) gives the same bits as ours.
+ * and q4_K_8x8 gemv and gemm kernels) gives the same bits as ours.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -27,29 +28,35 @@ import { loadOracleMulMat } from "./oracle/oracle_mul_mat.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
 const lib = await loadLibrary();
-const { F32, Q4_0, Q8_0 } = GGMLType;
+const { F32, Q4_0, Q4_K, Q8_0 } = GGMLType;
+/** Elements and bytes per block of the weight types under test. */
+const BLOCK: Record<number, [number, number]> = { [Q4_0]: [32, 18], [Q4_K]: [256, 144] };
+const NAME: Record<number, string> = { [Q4_0]: "Q4_0", [Q4_K]: "Q4_K" };
+/** Row lengths: several blocks of each type. */
+const KS: Record<number, number> = { [Q4_0]: 256, [Q4_K]: 768 };
 const avx2 = (lib.symbols.le_cpu_features() & 1) !== 0;
 const level = lib.symbols.le_set_simd_level(SimdLevel.BEST);
 
-/** K x M random Q4_0 weights (llama.cpp's reference quantizer), scales over decades. */
-function weights(k: number, m: number, seed: number): Uint8Array {
+/** K x M random weights of `type` (llama.cpp's reference quantizer), scales over decades. */
+function weights(k: number, m: number, seed: number, type: number = Q4_0): Uint8Array {
   const r = rng(seed);
   const w = Float32Array.from({ length: k * m }, (_, i) => {
     const x = (r() - 0.5) * 2, block = Math.floor(i / 32);
     return x * (block % 7 === 3 ? 300 : block % 5 === 1 ? 1e-4 : 1);
   });
-  const a = new Uint8Array((w.length / 32) * 18);
-  assert.equal(lib.symbols.le_quantize_row(Q4_0, w, a, BigInt(w.length)), 0);
+  const [n, size] = BLOCK[type];
+  const a = new Uint8Array((w.length / n) * size);
+  assert.equal(lib.symbols.le_quantize_row(type, w, a, BigInt(w.length)), 0);
   return a;
 }
 
 function tensor(type: number, ne: Dims, buffer: BackendBuffer, offset = 0): ResolvedTensor {
-  const esize = type === Q4_0 ? 18 : 4, row = (ne[0] * esize) / (type === Q4_0 ? 32 : 1);
+  const [n, esize] = BLOCK[type] ?? [1, 4], row = (ne[0] * esize) / n;
   const nb: Dims = [esize, row, row * ne[1], row * ne[1] * ne[2]];
   return { type, ne, nb, data: { buffer, offset } };
 }
 
-/** mul_mat of weights `wbuf` (at `off`, K x M) and `b` (K x N f32) on `cpu`. */
+/** mul_mat of weights `wbuf` (at `off`, K x M of `type`) and `b` (K x N f32) on `cpu`. */
 async function mulMat(
   cpu: CpuBackend,
   wbuf: BackendBuffer,
@@ -57,6 +64,7 @@ async function mulMat(
   k: number,
   m: number,
   b: Float32Array,
+  type: number = Q4_0,
 ): Promise<Float32Array> {
   const n = b.length / k;
   const bb = cpu.alloc(b.byteLength), db = cpu.alloc(m * n * 4);
@@ -64,7 +72,7 @@ async function mulMat(
   const node = {
     op: Op.MUL_MAT as ExecNode["op"],
     dst: tensor(F32, [m, n, 1, 1], db),
-    src: [tensor(Q4_0, [k, m, 1, 1], wbuf, off), tensor(F32, [k, n, 1, 1], bb)],
+    src: [tensor(type, [k, m, 1, 1], wbuf, off), tensor(F32, [k, n, 1, 1], bb)],
     params: new Int32Array(16),
     name: "mul_mat",
   } as ExecNode;
@@ -87,48 +95,56 @@ function assertSameBits(got: Float32Array, want: Float32Array, m: number, label:
 }
 
 // Several weights in one mapped file, at offsets that are not 64-byte aligned.
-const K = 256;
 const SHAPES = [{ m: 8 }, { m: 16 }, { m: 24 }, { m: 40 }, { m: 12 }, { m: 36 }];
 const COLUMNS = [1, 2, 3, 4, 5, 8, 17];
+const K = KS[Q4_0];
 
-Deno.test({
-  name: "repack: Q4_0 mul_mat on repacked weights equals the plain rows bit for bit " +
-    "(1 to 17 columns, 1 to 5 row groups, 1 to 3 threads)" + (avx2 ? "" : " [skipped: no AVX2]"),
-  ignore: !avx2,
-  fn: async () => {
-    const dir = await Deno.makeTempDir();
-    try {
-      const parts = SHAPES.map((s, i) => weights(K, s.m, 7 + i));
-      const offsets: number[] = [];
-      let size = 2;
-      for (const p of parts) offsets.push(size), size += p.length + 2;
-      const file = new Uint8Array(size);
-      parts.forEach((p, i) => file.set(p, offsets[i]));
-      const path = join(dir, "w.bin");
-      await Deno.writeFile(path, file);
-      using map = mapFile(path, lib);
-      const r = rng(99);
-      for (const threads of [1, 2, 3]) {
-        using plain = new CpuBackend({ threads, library: lib, repack: false });
-        using packed = new CpuBackend({ threads, library: lib });
-        for (const [i, { m }] of SHAPES.entries()) {
-          for (const n of COLUMNS) {
-            const b = Float32Array.from({ length: K * n }, () => (r() - 0.5) * 4);
-            const want = await mulMat(plain, map, offsets[i], K, m, b);
-            const got = await mulMat(packed, map, offsets[i], K, m, b);
-            assertSameBits(got, want, m, `M ${m} N ${n}, ${threads} threads`);
+for (const type of [Q4_0, Q4_K]) {
+  Deno.test({
+    name: `repack: ${NAME[type]} mul_mat on repacked weights equals the plain rows bit for bit ` +
+      "(1 to 17 columns, 1 to 5 row groups, 1 to 3 threads)" + (avx2 ? "" : " [skipped: no AVX2]"),
+    ignore: !avx2,
+    fn: async () => {
+      const k = KS[type];
+      const dir = await Deno.makeTempDir();
+      try {
+        const parts = SHAPES.map((s, i) => weights(k, s.m, 7 + i, type));
+        const offsets: number[] = [];
+        let size = 2;
+        for (const p of parts) offsets.push(size), size += p.length + 2;
+        const file = new Uint8Array(size);
+        parts.forEach((p, i) => file.set(p, offsets[i]));
+        const path = join(dir, "w.bin");
+        await Deno.writeFile(path, file);
+        using map = mapFile(path, lib);
+        const r = rng(99);
+        for (const threads of [1, 2, 3]) {
+          using plain = new CpuBackend({ threads, library: lib, repack: false });
+          using packed = new CpuBackend({ threads, library: lib });
+          for (const [i, { m }] of SHAPES.entries()) {
+            for (const n of COLUMNS) {
+              const b = Float32Array.from({ length: k * n }, () => (r() - 0.5) * 4);
+              const want = await mulMat(plain, map, offsets[i], k, m, b, type);
+              const got = await mulMat(packed, map, offsets[i], k, m, b, type);
+              assertSameBits(got, want, m, `M ${m} N ${n}, ${threads} threads`);
+            }
           }
+          assert.equal(plain.repackedBytes, 0);
+          // Only the weights with ne1 % 8 == 0, each once (Q4_K's layout adds 32 bytes
+          // of decoded scales per 8 rows and super-block).
+          const extra = type === Q4_K ? 32 / 1152 : 0;
+          const expected = SHAPES.reduce(
+            (t, s, i) => t + (s.m % 8 ? 0 : parts[i].length * (1 + extra)),
+            0,
+          );
+          assert.equal(packed.repackedBytes, expected);
         }
-        assert.equal(plain.repackedBytes, 0);
-        // Only the weights with ne1 % 8 == 0, each once.
-        const expected = SHAPES.reduce((t, s, i) => t + (s.m % 8 ? 0 : parts[i].length), 0);
-        assert.equal(packed.repackedBytes, expected);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
       }
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
-  },
-});
+    },
+  });
+}
 
 /**
  * The repack order computed independently: per output acc = fma(block
@@ -192,6 +208,22 @@ Deno.test({
       } finally {
         lib.symbols.le_set_simd_level(level);
       }
+      // Q4_K: q8_K activations are the same at every level, so the portable
+      // kernel must give the AVX2 kernel's bits (gemm form for 4 columns,
+      // gemv form for the other 2).
+      const k4 = KS[Q4_K], a4 = weights(k4, 24, 4, Q4_K);
+      const b4 = Float32Array.from({ length: k4 * 6 }, (_, i) => Math.cos(i) * 3);
+      const path4 = join(dir, "w4.bin");
+      await Deno.writeFile(path4, a4);
+      using map4 = mapFile(path4, lib);
+      const avx = await mulMat(cpu, map4, 0, k4, 24, b4, Q4_K);
+      assert.ok(cpu.repackedBytes > a.length);
+      try {
+        assert.equal(lib.symbols.le_set_simd_level(SimdLevel.SCALAR), SimdLevel.SCALAR);
+        assertSameBits(await mulMat(cpu, map4, 0, k4, 24, b4, Q4_K), avx, 24, "Q4_K scalar level");
+      } finally {
+        lib.symbols.le_set_simd_level(level);
+      }
     } finally {
       await Deno.remove(dir, { recursive: true });
     }
@@ -200,8 +232,8 @@ Deno.test({
 
 const HASWELL = await variantUnavailable("haswell", SimdLevel.AVX2, lib);
 Deno.test({
-  name: "repack: Q4_0 repacked mul_mat equals llama.cpp's haswell CPU_REPACK one bit for bit " +
-    "(1 to 17 columns, 1 and 3 threads)" + (HASWELL ? ` [skipped: ${HASWELL}]` : ""),
+  name: "repack: Q4_0 and Q4_K repacked mul_mat equal llama.cpp's haswell CPU_REPACK one bit " +
+    "for bit (1 to 17 columns, 1 and 3 threads)" + (HASWELL ? ` [skipped: ${HASWELL}]` : ""),
   ignore: HASWELL !== "",
   fn: async () => {
     const om = await loadOracleMulMat();
@@ -209,20 +241,24 @@ Deno.test({
     const dir = await Deno.makeTempDir();
     try {
       assert.equal(lib.symbols.le_set_simd_level(SimdLevel.AVX2), SimdLevel.AVX2);
-      for (const [i, m] of [8, 24, 40].entries()) {
-        const a = weights(K, m, 50 + i);
-        const path = join(dir, `w${m}.bin`);
-        await Deno.writeFile(path, a);
-        using map = mapFile(path, lib);
-        for (const n of COLUMNS) {
-          const b = Float32Array.from({ length: K * n }, (_, j) => Math.cos(j * 0.7 + m) * 2);
-          const want = om.mulMatRepacked("haswell", { type: Q4_0, k: K, m, n }, a, b);
-          assert.ok(want, "haswell has no Q4_0 repack for this shape");
-          for (const threads of [1, 3]) {
-            using cpu = new CpuBackend({ threads, library: lib });
-            const got = await mulMat(cpu, map, 0, K, m, b);
-            assert.equal(cpu.repackedBytes, a.length);
-            assertSameBits(got, want, m, `vs llama.cpp: M ${m} N ${n}, ${threads} threads`);
+      for (const type of [Q4_0, Q4_K]) {
+        const k = KS[type];
+        for (const [i, m] of [8, 24, 40].entries()) {
+          const a = weights(k, m, 50 + i, type);
+          const path = join(dir, `w${type}-${m}.bin`);
+          await Deno.writeFile(path, a);
+          using map = mapFile(path, lib);
+          for (const n of COLUMNS) {
+            const b = Float32Array.from({ length: k * n }, (_, j) => Math.cos(j * 0.7 + m) * 2);
+            const want = om.mulMatRepacked("haswell", { type, k, m, n }, a, b);
+            assert.ok(want, `haswell has no ${NAME[type]} repack for this shape`);
+            for (const threads of [1, 3]) {
+              using cpu = new CpuBackend({ threads, library: lib });
+              const got = await mulMat(cpu, map, 0, k, m, b, type);
+              assert.ok(cpu.repackedBytes >= a.length);
+              const label = `vs llama.cpp: ${NAME[type]} M ${m} N ${n}, ${threads} threads`;
+              assertSameBits(got, want, m, label);
+            }
           }
         }
       }

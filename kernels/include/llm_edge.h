@@ -141,14 +141,19 @@ const char *le_ctx_error(const le_ctx *ctx);
 /* le_tensor.flags of a MUL_MAT src0 whose data is not plain rows but a
  * layout made by le_repack (ne/nb still describe the plain rows). */
 #define LE_FLAG_Q4_0_8X8 1 /* Q4_0, 8 rows interleaved (llama.cpp's q4_0_8x8) */
+#define LE_FLAG_Q4_K_8X8 2 /* Q4_K, 8 rows interleaved (llama.cpp's q4_K_8x8) */
 /* The layout (LE_FLAG_*) mul_mat wants for a 2-D weight of `type`, ne0 x
  * ne1, at the SIMD level in effect, or 0 for plain rows: where llama.cpp's
  * matching CPU variant repacks (ggml_repack_get_optimal_repack_type). */
 int32_t le_repack_flag(int32_t type, int64_t ne0, int64_t ne1);
-/* Writes contiguous plain rows `src` (ne0 x ne1 of `type`) into dst in
- * layout `flag`: the same byte count, no overlap. 0, or -1 with
- * le_last_error set. */
-int32_t le_repack(int32_t flag, int32_t type, const void *src, void *dst, int64_t ne0, int64_t ne1);
+/* Bytes layout `flag` takes for an ne0 x ne1 weight of `type` (-1: no such
+ * layout for that type and shape). */
+int64_t le_repack_size(int32_t flag, int32_t type, int64_t ne0, int64_t ne1);
+/* Writes contiguous plain rows `src` (ne0 x ne1 of `type`) into dst
+ * (dst_size bytes, at least le_repack_size; no overlap) in layout `flag`.
+ * 0, or -1 with le_last_error set. */
+int32_t le_repack(int32_t flag, int32_t type, const void *src, void *dst, uint64_t dst_size,
+                  int64_t ne0, int64_t ne1);
 
 /* ---- row helpers (tests, quantize tool, reference checks) --------------- */
 /* Dequantize n elements (a multiple of the type's block size) to f32. */

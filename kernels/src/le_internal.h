@@ -200,9 +200,16 @@ int le_flash_attn_split(const le_node *node);
 /* repack.c: mul_mat over a repacked src0 (le_tensor.flags, llm_edge.h) */
 int le_repacked_check(const le_node *node); /* 0 or -1 with error set */
 int le_repack_q4_0_8x8(const void *src, void *dst, int64_t ne0, int64_t ne1);
-/* Rows [ir0, ir1) (multiples of 8) of a LE_FLAG_Q4_0_8X8 weight with K
- * columns against ne11 q8_0 rows (by bytes apart): dst[c * bs + r]. */
+int le_repack_q4_k_8x8(const void *src, void *dst, int64_t ne0, int64_t ne1);
+int64_t le_repack_q4_k_8x8_size(int64_t ne0, int64_t ne1);
+/* Rows [ir0, ir1) (multiples of 8) of a weight in layout `flag` with K
+ * columns against ne11 rows of its vec_dot type (by bytes apart):
+ * dst[c * bs + r]. */
+void le_repacked_rows(int32_t flag, int64_t K, const void *x, int64_t ir0, int64_t ir1,
+                      const char *y, size_t by, int64_t ne11, float *dst, size_t bs);
 void le_q4_0x8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, const char *y, size_t by,
+                    int64_t ne11, float *dst, size_t bs);
+void le_q4_kx8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, const char *y, size_t by,
                     int64_t ne11, float *dst, size_t bs);
 /* ssm.c */
 void le_ssm_conv(const le_node *node, const le_compute_params *p);

@@ -216,7 +216,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
   }
 
-  const int repacked = a->flags == LE_FLAG_Q4_0_8X8;
+  const int32_t repacked = a->flags; /* a LE_FLAG_* layout (le_repacked_check) */
   const le_gemm_tiles *gt = panel || repacked || d->nb[1] % 4 ? NULL : tiles_for(n, t);
   const int64_t blk_rows = panel ? PANEL_ROWS : BLK_ROWS;
   const int64_t nrb = (M + blk_rows - 1) / blk_rows;
@@ -246,8 +246,8 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       continue;
     }
     if (repacked) { /* 2-D: plane 0 only; ir0, ir1 multiples of 8 (M % 8 == 0) */
-      le_q4_0x8_rows(K, arow, ir0, ir1, (const char *)wdata, vrow, ne11, (float *)(uintptr_t)d->data,
-                     (size_t)d->nb[1] / 4);
+      le_repacked_rows(repacked, K, arow, ir0, ir1, (const char *)wdata, vrow, ne11,
+                       (float *)(uintptr_t)d->data, (size_t)d->nb[1] / 4);
       continue;
     }
     if (gt) {

@@ -222,29 +222,52 @@ void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, const c
 /* ---- ABI (llm_edge.h) ---- */
 
 int32_t le_repack_flag(int32_t type, int64_t ne0, int64_t ne1) {
-  /* llama.cpp's haswell-like builds repack Q4_0 for AVX2; our AVX-512 level
-   * keeps its own tiles (the same chain, VNNI). */
-  if (type == LE_TYPE_Q4_0 && le_simd() == LE_SIMD_AVX2 && ne0 > 0 && ne0 % LE_QK == 0 &&
-      ne1 > 0 && ne1 % 8 == 0)
-    return LE_FLAG_Q4_0_8X8;
+  /* llama.cpp's haswell-like builds repack Q4_0 and Q4_K for AVX2; our
+   * AVX-512 level keeps its own tiles (the same chains). */
+  if (le_simd() != LE_SIMD_AVX2 || ne0 <= 0 || ne1 <= 0 || ne1 % 8) return 0;
+  if (type == LE_TYPE_Q4_0 && ne0 % LE_QK == 0) return LE_FLAG_Q4_0_8X8;
+  if (type == LE_TYPE_Q4_K && ne0 % LE_QK_K == 0) return LE_FLAG_Q4_K_8X8;
   return 0;
 }
 
-int32_t le_repack(int32_t flag, int32_t type, const void *src, void *dst, int64_t ne0,
-                  int64_t ne1) {
+int64_t le_repack_size(int32_t flag, int32_t type, int64_t ne0, int64_t ne1) {
+  if (ne0 <= 0 || ne1 <= 0 || ne1 % 8) return -1;
+  if (flag == LE_FLAG_Q4_0_8X8 && type == LE_TYPE_Q4_0 && ne0 % LE_QK == 0)
+    return ne0 / LE_QK * ne1 * (int64_t)sizeof(le_block_q4_0);
+  if (flag == LE_FLAG_Q4_K_8X8 && type == LE_TYPE_Q4_K && ne0 % LE_QK_K == 0)
+    return le_repack_q4_k_8x8_size(ne0, ne1);
+  return -1;
+}
+
+int32_t le_repack(int32_t flag, int32_t type, const void *src, void *dst, uint64_t dst_size,
+                  int64_t ne0, int64_t ne1) {
+  const int64_t need = le_repack_size(flag, type, ne0, ne1);
+  if (need >= 0 && dst_size < (uint64_t)need) {
+    le_set_error("repack: %llu bytes for a layout of %lld", (unsigned long long)dst_size,
+                 (long long)need);
+    return -1;
+  }
   if (flag == LE_FLAG_Q4_0_8X8 && type == LE_TYPE_Q4_0) return le_repack_q4_0_8x8(src, dst, ne0, ne1);
+  if (flag == LE_FLAG_Q4_K_8X8 && type == LE_TYPE_Q4_K) return le_repack_q4_k_8x8(src, dst, ne0, ne1);
   le_set_error("repack: no layout %d for type %d", flag, type);
   return -1;
 }
 
+void le_repacked_rows(int32_t flag, int64_t K, const void *x, int64_t ir0, int64_t ir1,
+                      const char *y, size_t by, int64_t ne11, float *dst, size_t bs) {
+  if (flag == LE_FLAG_Q4_K_8X8) le_q4_kx8_rows(K, x, ir0, ir1, y, by, ne11, dst, bs);
+  else le_q4_0x8_rows(K, x, ir0, ir1, y, by, ne11, dst, bs);
+}
+
 /* What mul_mat needs of a flagged src0 (TypeScript checks the same before it
- * sets the flag): a contiguous 2-D Q4_0 weight of whole row groups, and
- * contiguous f32 output rows. */
+ * sets the flag): a 2-D weight of whole row groups whose strides are those
+ * of the plain contiguous rows, and contiguous f32 output rows. */
 int le_repacked_check(const le_node *n) {
   const le_tensor *a = &n->src[0], *d = &n->dst;
-  if (a->flags != LE_FLAG_Q4_0_8X8 || a->type != LE_TYPE_Q4_0 || a->ne[0] % LE_QK ||
-      a->ne[1] % 8 || a->ne[2] != 1 || a->ne[3] != 1 || a->nb[0] != sizeof(le_block_q4_0) ||
-      a->nb[1] != a->ne[0] / LE_QK * (int64_t)sizeof(le_block_q4_0) || d->type != LE_TYPE_F32 ||
+  const le_type_traits *t = le_traits(a->type);
+  if (!t || le_repack_size(a->flags, a->type, a->ne[0], a->ne[1]) < 0 || a->ne[2] != 1 ||
+      a->ne[3] != 1 || a->nb[0] != (int64_t)t->size ||
+      a->nb[1] != a->ne[0] / t->blck * (int64_t)t->size || d->type != LE_TYPE_F32 ||
       d->nb[0] != 4 || d->nb[1] % 4 || n->src[1].ne[2] != 1 || n->src[1].ne[3] != 1) {
     le_set_error("mul_mat: repacked src0 (flags %d) with an unsupported shape or layout", a->flags);
     return -1;

@@ -1,7 +1,8 @@
 /**
  * Repacked weights for the CPU backend: llama.cpp's CPU_REPACK buffer. Where
  * llama.cpp's matching CPU variant repacks a weight at load (Q4_0 into
- * q4_0_8x8 on AVX2 when ne1 % 8 == 0, `ggml_repack_get_optimal_repack_type`),
+ * q4_0_8x8 and Q4_K into q4_K_8x8 on AVX2 when ne1 % 8 == 0,
+ * `ggml_repack_get_optimal_repack_type`),
  * the backend keeps a repacked copy of the weight, made natively on the
  * first compute that reads it, and encodes MUL_MAT nodes against the copy
  * (with the layout in the `le_tensor` flags). Results are bit-identical to
@@ -32,7 +33,11 @@ export interface Repacked {
   readonly flags: number;
 }
 
-const Q4_0_BLOCK = 18;
+// Elements and bytes per block of the types a layout exists for.
+const BLOCKS = new Map<number, readonly [number, number]>([
+  [GGMLType.Q4_0, [32, 18]],
+  [GGMLType.Q4_K, [256, 144]],
+]);
 
 /**
  * The repacked copies of one backend. `alloc` returns a zero-filled
@@ -85,10 +90,13 @@ export class WeightRepacker {
     const [ne0, ne1] = a.ne;
     const flags = sym.le_repack_flag(a.type, BigInt(ne0), BigInt(ne1));
     if (flags === 0) return null;
-    const size = ne1 * a.nb[1];
-    // Re-checked here, right before native code reads `size` bytes at src.
+    const bytes = ne1 * a.nb[1];
+    // The copy's size as the layout needs it (Q4_K's is larger than the rows).
+    const size = Number(sym.le_repack_size(flags, a.type, BigInt(ne0), BigInt(ne1)));
+    if (!(size >= bytes)) throw new Error(`repack: layout ${flags} has no size for ${ne0}x${ne1}`);
+    // Re-checked here, right before native code reads `bytes` bytes at src.
     const buf = a.data.buffer;
-    if (a.data.offset < 0 || a.data.offset + size > buf.size || buf.bytes.byteLength < buf.size) {
+    if (a.data.offset < 0 || a.data.offset + bytes > buf.size || buf.bytes.byteLength < buf.size) {
       throw new RangeError(
         `repack: ${ne0}x${ne1} weight at offset ${a.data.offset} outside its buffer`,
       );
@@ -99,6 +107,7 @@ export class WeightRepacker {
       a.type,
       pointerAt(src),
       pointerAt(dst.address),
+      BigInt(size),
       BigInt(ne0),
       BigInt(ne1),
     );
@@ -109,12 +118,13 @@ export class WeightRepacker {
 }
 
 // A weight llama.cpp could repack: read-only host memory (a mapped model
-// file), Q4_0, plain contiguous 2-D rows, whole groups of 8 rows.
+// file), Q4_0 or Q4_K, plain contiguous 2-D rows, whole groups of 8 rows.
 function repackable(a: ResolvedTensor): boolean {
   const buf = a.data.buffer as BackendBuffer & { readOnly?: boolean };
   if (buf.backend !== "host" || buf.readOnly !== true) return false;
-  if (a.type !== GGMLType.Q4_0) return false;
-  const [ne0, ne1, ne2, ne3] = a.ne;
-  return ne0 > 0 && ne0 % 32 === 0 && ne1 > 0 && ne1 % 8 === 0 && ne2 === 1 && ne3 === 1 &&
-    a.nb[0] === Q4_0_BLOCK && a.nb[1] === (ne0 / 32) * Q4_0_BLOCK;
+  const blk = BLOCKS.get(a.type);
+  if (!blk) return false;
+  const [ne0, ne1, ne2, ne3] = a.ne, [n, size] = blk;
+  return ne0 > 0 && ne0 % n === 0 && ne1 > 0 && ne1 % 8 === 0 && ne2 === 1 && ne3 === 1 &&
+    a.nb[0] === size && a.nb[1] === (ne0 / n) * size;
 }
