@@ -16,6 +16,7 @@ export const SYMBOLS = {
   le_free: { parameters: ["pointer"], result: "void" },
   le_mmap_file: { parameters: ["buffer", "buffer"], result: "pointer" },
   le_munmap: { parameters: ["pointer", "u64"], result: "void" },
+  le_mmap_drop: { parameters: ["pointer", "u64"], result: "i32" },
   le_ctx_new: { parameters: ["i32"], result: "pointer" },
   le_ctx_free: { parameters: ["pointer"], result: "void" },
   le_ctx_threads: { parameters: ["pointer"], result: "i32" },

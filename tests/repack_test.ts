@@ -201,6 +201,13 @@ Deno.test({
       using cpu = new CpuBackend({ threads: 2, library: lib });
       await mulMat(cpu, map, 0, K, 24, b);
       assert.equal(cpu.repackedBytes, a.length);
+      // The plain rows' pages were handed back (le_mmap_drop): they read back
+      // from the file unchanged. Memory that is not a file mapping is refused.
+      assert.deepEqual(map.bytes.slice(0, a.length), a);
+      const anon = new Uint8Array(3 * 4096);
+      assert.equal(lib.symbols.le_mmap_drop(Deno.UnsafePointer.of(anon), BigInt(anon.length)), -1);
+      const end = BigInt(map.size - 1);
+      assert.equal(lib.symbols.le_mmap_drop(map.ptr, end + 2n), -1);
       try {
         assert.equal(lib.symbols.le_set_simd_level(SimdLevel.SCALAR), SimdLevel.SCALAR);
         const want = reference(a, K, 24, b);

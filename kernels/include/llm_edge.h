@@ -113,6 +113,11 @@ void le_free(void *p);
  * on failure, see le_last_error) and writes the mapped length to *size. */
 void *le_mmap_file(const char *path, uint64_t *size);
 void le_munmap(void *base, uint64_t size);
+/* Lets the OS drop the whole pages of [addr, addr + len), which must lie in
+ * a live mapping of le_mmap_file: they read back from the file when touched
+ * again (a weight whose repacked copy is used instead keeps no resident
+ * pages). 0, or -1 (nothing done) for a range outside such a mapping. */
+int32_t le_mmap_drop(const void *addr, uint64_t len);
 
 /* ---- compute ----------------------------------------------------------- */
 typedef struct le_ctx le_ctx;

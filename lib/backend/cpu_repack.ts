@@ -10,7 +10,9 @@
  *
  * Only read-only host memory is repacked (weights mapped from a file): a
  * writable buffer could change under a copy made earlier. Copies live in
- * backend-owned buffers, freed with the backend (never under a compute).
+ * backend-owned buffers, freed with the backend (never under a compute);
+ * the source's pages are handed back to the OS (`le_mmap_drop`), so the
+ * weight is resident once, as in llama.cpp's CPU_REPACK buffer.
  *
  * @module
  */
@@ -113,6 +115,10 @@ export class WeightRepacker {
     );
     if (rc !== 0) throw new Error(`repack: ${this.#lib.lastError()}`);
     this.#bytes += size;
+    // The plain rows' pages go back to the page cache (a mapped file: they
+    // read back from it if another op touches them), so resident memory
+    // holds the copy, not both. Native code refuses other memory.
+    sym.le_mmap_drop(pointerAt(src), BigInt(bytes));
     return { address: dst.address, flags };
   }
 }
