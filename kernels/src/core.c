@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -111,43 +110,6 @@ void *le_alloc(uint64_t size, uint64_t align) {
 
 void le_free(void *p) { free(p); }
 
-/* The live mappings of le_mmap_file, so that le_mmap_drop only ever
- * discards pages of a private read-only file mapping (which read back from
- * the file), never anonymous memory (which would read back as zeros). */
-#define LE_MAX_MAPS 256
-static struct { uintptr_t base; uint64_t size; } le_maps[LE_MAX_MAPS];
-static pthread_mutex_t le_maps_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void le_maps_forget(uintptr_t base, uint64_t size) {
-  pthread_mutex_lock(&le_maps_lock);
-  for (int i = 0; i < LE_MAX_MAPS; i++)
-    if (le_maps[i].size && le_maps[i].base == base && le_maps[i].size == size) {
-      le_maps[i].base = 0;
-      le_maps[i].size = 0;
-      break;
-    }
-  pthread_mutex_unlock(&le_maps_lock);
-}
-
-int32_t le_mmap_drop(const void *addr, uint64_t len) {
-  const uintptr_t a = (uintptr_t)addr;
-  int found = 0;
-  pthread_mutex_lock(&le_maps_lock);
-  for (int i = 0; i < LE_MAX_MAPS && !found; i++)
-    found = le_maps[i].size && a >= le_maps[i].base && len <= le_maps[i].size &&
-            a - le_maps[i].base <= le_maps[i].size - len;
-  if (found) {
-#ifdef MADV_DONTNEED
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t lo = (a + page - 1) & ~(page - 1), hi = (a + len) & ~(page - 1);
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
-#endif
-  }
-  pthread_mutex_unlock(&le_maps_lock);
-  if (!found) le_set_error("le_mmap_drop: range is not inside a mapping of le_mmap_file");
-  return found ? 0 : -1;
-}
-
 void *le_mmap_file(const char *path, uint64_t *size) {
   if (size) *size = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -177,20 +139,12 @@ void *le_mmap_file(const char *path, uint64_t *size) {
   posix_madvise(p, (size_t)st.st_size, POSIX_MADV_WILLNEED);
 #endif
   if (size) *size = (uint64_t)st.st_size;
-  pthread_mutex_lock(&le_maps_lock);
-  for (int i = 0; i < LE_MAX_MAPS; i++)
-    if (!le_maps[i].size) {
-      le_maps[i].base = (uintptr_t)p;
-      le_maps[i].size = (uint64_t)st.st_size;
-      break;
-    }
-  pthread_mutex_unlock(&le_maps_lock);
+  le_maps_add(p, (uint64_t)st.st_size);
   return p;
 }
 
 void le_munmap(void *base, uint64_t size) {
   if (!base || !size) return;
-  /* forgotten before the pages go, so no drop can race into a reused range */
-  le_maps_forget((uintptr_t)base, size);
+  le_maps_forget(base, size); /* before the pages go: no drop into a reused range */
   munmap(base, (size_t)size);
 }
