@@ -209,11 +209,11 @@ int64_t le_repack_q4_k_8x8_size(int64_t ne0, int64_t ne1);
  * columns against ne11 rows of its vec_dot type (by bytes apart):
  * dst[c * bs + r]. */
 void le_repacked_rows(int32_t flag, int64_t K, const void *x, int64_t ir0, int64_t ir1,
-                      const char *y, size_t by, int64_t ne11, float *dst, size_t bs);
-void le_q4_0x8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, const char *y, size_t by,
-                    int64_t ne11, float *dst, size_t bs);
-void le_q4_kx8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, const char *y, size_t by,
-                    int64_t ne11, float *dst, size_t bs);
+                      int64_t M, const char *y, size_t by, int64_t ne11, float *dst, size_t bs);
+void le_q4_0x8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, int64_t M, const char *y,
+                    size_t by, int64_t ne11, float *dst, size_t bs);
+void le_q4_kx8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, int64_t M, const char *y,
+                    size_t by, int64_t ne11, float *dst, size_t bs);
 /* ssm.c */
 void le_ssm_conv(const le_node *node, const le_compute_params *p);
 void le_ssm_scan(const le_node *node, const le_compute_params *p);

@@ -246,7 +246,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       continue;
     }
     if (repacked) { /* 2-D: plane 0 only; ir0, ir1 multiples of 8 (M % 8 == 0) */
-      le_repacked_rows(repacked, K, arow, ir0, ir1, (const char *)wdata, vrow, ne11,
+      le_repacked_rows(repacked, K, arow, ir0, ir1, M, (const char *)wdata, vrow, ne11,
                        (float *)(uintptr_t)d->data, (size_t)d->nb[1] / 4);
       continue;
     }

@@ -77,8 +77,6 @@ static void q4x8_dot_scalar(int64_t nb, const le_block_q4_0x8 *x, const le_block
 }
 
 #if defined(LE_X86)
-/* Prefetch distance in bytes along one group's stream (8 blocks). */
-#define Q4X8_PF (8 * Q4X8_BYTES)
 
 /* One column's block: the four 8-byte pieces of y broadcast over the
  * chunks' 4 rows (y[0..7] meets the low nibbles of bytes 0-7, y[16..23]
@@ -139,19 +137,23 @@ LE_TARGET_AVX2 LE_INLINE __m256 q4x8_isum(const q4x8_w *w, const q4x8_col *y) {
   return _mm256_cvtepi32_ps(_mm256_hadd_epi32(a, b));   /* rows 0..3 | 4..7 */
 }
 
-/* gemv: G groups (1 or 2) of 8 rows, groups gs blocks apart, one column. */
+/* gemv: G groups (1 or 2) of 8 rows, groups gs blocks apart, one column;
+ * pf: the G groups' worth of bytes to prefetch meanwhile (NULL: none),
+ * G * 144 bytes per block, spread so that few misses are in flight at once. */
 LE_TARGET_AVX2 LE_INLINE void q4x8_gemv(const int G, int64_t nb, const le_block_q4_0x8 *x,
-                                        int64_t gs, const le_block_q8_0 *y, float *s) {
+                                        int64_t gs, const le_block_q8_0 *y, float *s,
+                                        const char *pf) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; b++) {
+    if (pf) {
+      const char *p = pf + b * G * Q4X8_BYTES;
+      for (int l = 0; l < G * Q4X8_BYTES; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    }
     const q4x8_col col = q4x8_load_col(&y[b]);
     const __m256 dy = _mm256_set1_ps(le_h2f(y[b].d));
 #pragma GCC unroll 2
     for (int g = 0; g < G; g++) {
       const le_block_q4_0x8 *xb = &x[g * gs + b];
-      _mm_prefetch((const char *)xb + Q4X8_PF, _MM_HINT_T0);
-      _mm_prefetch((const char *)xb + Q4X8_PF + 64, _MM_HINT_T0);
-      _mm_prefetch((const char *)xb + Q4X8_PF + 128, _MM_HINT_T0);
       const q4x8_w w = q4x8_load_w(xb);
       const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)xb->d));
       acc[g] = _mm256_fmadd_ps(q4x8_isum(&w, &col), _mm256_mul_ps(dx, dy), acc[g]);
@@ -180,21 +182,24 @@ LE_TARGET_AVX2 static void q4x8_gemm4(int64_t nb, const le_block_q4_0x8 *x, cons
 }
 
 LE_TARGET_AVX2 static void q4x8_gemv2(int64_t nb, const le_block_q4_0x8 *x, int64_t gs,
-                                      const le_block_q8_0 *y, float *s) {
-  q4x8_gemv(2, nb, x, gs, y, s);
+                                      const le_block_q8_0 *y, float *s, const char *pf) {
+  q4x8_gemv(2, nb, x, gs, y, s, pf);
 }
 LE_TARGET_AVX2 static void q4x8_gemv1(int64_t nb, const le_block_q4_0x8 *x,
-                                      const le_block_q8_0 *y, float *s) {
-  q4x8_gemv(1, nb, x, 0, y, s);
+                                      const le_block_q8_0 *y, float *s, const char *pf) {
+  q4x8_gemv(1, nb, x, 0, y, s, pf);
 }
 #endif
+
+/* Distance of the matrix-vector prefetch, in rows (mul_mat.c's PF_ROWS). */
+#define LE_REPACK_PF_ROWS 32
 
 /* Rows [ir0, ir1) (multiples of 8) of a repacked weight against ne11 q8_0
  * columns (by bytes apart), outputs dst[c * bs + r]. Columns in full groups
  * of 4 take the gemm kernel, the rest the gemv one, as llama.cpp splits
  * them; the chain per output is the same in both. */
-void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, const char *vy,
-                    size_t by, int64_t ne11, float *dst, size_t bs) {
+void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t M,
+                    const char *vy, size_t by, int64_t ne11, float *dst, size_t bs) {
   const int64_t nb = K / LE_QK;
   const le_block_q4_0x8 *x = vx;
 #if defined(LE_X86)
@@ -207,8 +212,21 @@ void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, const c
     for (int64_t c = n4; c < ne11; c++) {
       const le_block_q8_0 *y = (const le_block_q8_0 *)(const void *)(vy + c * by);
       int64_t ir = ir0;
-      for (; ir + 16 <= ir1; ir += 16) q4x8_gemv2(nb, x + (ir / 8) * nb, nb, y, dst + c * bs + ir);
-      for (; ir < ir1; ir += 8) q4x8_gemv1(nb, x + (ir / 8) * nb, y, dst + c * bs + ir);
+      /* Matrix-vector products stream the weights once: prefetch the rows
+       * LE_REPACK_PF_ROWS ahead (one linear range: groups are contiguous)
+       * while these are computed, a few lines per block. A group is only
+       * 3.4 KiB for K = 768, too short for the hardware prefetcher, and a
+       * burst of prefetches per call measured slower than none. */
+      for (; ir + 16 <= ir1; ir += 16) {
+        const char *pf = ne11 == 1 && ir + LE_REPACK_PF_ROWS + 16 <= M
+                             ? (const char *)(x + ((ir + LE_REPACK_PF_ROWS) / 8) * nb) : NULL;
+        q4x8_gemv2(nb, x + (ir / 8) * nb, nb, y, dst + c * bs + ir, pf);
+      }
+      for (; ir < ir1; ir += 8) {
+        const char *pf = ne11 == 1 && ir + LE_REPACK_PF_ROWS + 8 <= M
+                             ? (const char *)(x + ((ir + LE_REPACK_PF_ROWS) / 8) * nb) : NULL;
+        q4x8_gemv1(nb, x + (ir / 8) * nb, y, dst + c * bs + ir, pf);
+      }
     }
     return;
   }
@@ -254,9 +272,9 @@ int32_t le_repack(int32_t flag, int32_t type, const void *src, void *dst, uint64
 }
 
 void le_repacked_rows(int32_t flag, int64_t K, const void *x, int64_t ir0, int64_t ir1,
-                      const char *y, size_t by, int64_t ne11, float *dst, size_t bs) {
-  if (flag == LE_FLAG_Q4_K_8X8) le_q4_kx8_rows(K, x, ir0, ir1, y, by, ne11, dst, bs);
-  else le_q4_0x8_rows(K, x, ir0, ir1, y, by, ne11, dst, bs);
+                      int64_t M, const char *y, size_t by, int64_t ne11, float *dst, size_t bs) {
+  if (flag == LE_FLAG_Q4_K_8X8) le_q4_kx8_rows(K, x, ir0, ir1, M, y, by, ne11, dst, bs);
+  else le_q4_0x8_rows(K, x, ir0, ir1, M, y, by, ne11, dst, bs);
 }
 
 /* What mul_mat needs of a flagged src0 (TypeScript checks the same before it

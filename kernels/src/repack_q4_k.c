@@ -140,9 +140,11 @@ LE_TARGET_AVX2 LE_INLINE void q4kx8_chunk(const le_block_q4_kx8 *x, int p, const
       _mm256_mullo_epi32(m1, _mm256_set1_epi32(bsums[4 * p + 2] + bsums[4 * p + 3])));
 }
 
-/* 8 rows (one group), one column: gemv form (per_chunk 0) or gemm form. */
+/* 8 rows (one group), one column: gemv form (per_chunk 0) or gemm form;
+ * pf: a group's worth of bytes to prefetch meanwhile (NULL: none), a few
+ * lines per chunk (see repack.c). */
 LE_TARGET_AVX2 LE_INLINE void q4kx8_col(const int per_chunk, int64_t nb, const le_block_q4_kx8 *x,
-                                        const le_block_q8_k *y, float *s) {
+                                        const le_block_q8_k *y, float *s, const char *pf) {
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const __m256 dy = _mm256_set1_ps(y[b].d);
@@ -151,7 +153,9 @@ LE_TARGET_AVX2 LE_INLINE void q4kx8_col(const int per_chunk, int64_t nb, const l
     __m256i isb = _mm256_setzero_si256(), msb = isb;
 #pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
-      if (!per_chunk && p < 3) _mm_prefetch((const char *)&x[b + 1] + 256 * p, _MM_HINT_T0);
+      if (pf)
+        for (int l = 0; l < Q4KX8_BYTES / 4; l += 64)
+          _mm_prefetch(pf + b * Q4KX8_BYTES + p * (Q4KX8_BYTES / 4) + l, _MM_HINT_T0);
       __m256i ip, mp;
       q4kx8_chunk(&x[b], p, y[b].qs, y[b].bsums, &ip, &mp);
       if (per_chunk) {
@@ -170,32 +174,35 @@ LE_TARGET_AVX2 LE_INLINE void q4kx8_col(const int per_chunk, int64_t nb, const l
   _mm256_storeu_ps(s, _mm256_sub_ps(acc, accm));
 }
 LE_TARGET_AVX2 static void q4kx8_gemv(int64_t nb, const le_block_q4_kx8 *x,
-                                      const le_block_q8_k *y, float *s) {
-  q4kx8_col(0, nb, x, y, s);
+                                      const le_block_q8_k *y, float *s, const char *pf) {
+  q4kx8_col(0, nb, x, y, s, pf);
 }
 LE_TARGET_AVX2 static void q4kx8_gemm(int64_t nb, const le_block_q4_kx8 *x,
                                       const le_block_q8_k *y, float *s) {
-  q4kx8_col(1, nb, x, y, s);
+  q4kx8_col(1, nb, x, y, s, NULL);
 }
 #endif
 
 /* Rows [ir0, ir1) (multiples of 8) of a repacked Q4_K weight against ne11
  * q8_K columns (by bytes apart), outputs dst[c * bs + r]: full groups of 4
  * columns in the gemm form, the rest in the gemv form, as llama.cpp. */
-void le_q4_kx8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, const char *vy,
-                    size_t by, int64_t ne11, float *dst, size_t bs) {
+void le_q4_kx8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t M,
+                    const char *vy, size_t by, int64_t ne11, float *dst, size_t bs) {
   const int64_t nb = K / LE_QK_K;
   const le_block_q4_kx8 *x = vx;
   const int64_t n4 = ne11 >= 4 ? ne11 - ne11 % 4 : 0;
   for (int64_t ir = ir0; ir < ir1; ir += 8) {
     const le_block_q4_kx8 *xg = x + (ir / 8) * nb;
+    /* matrix-vector: the group 32 rows ahead, while this one is computed */
+    const char *pf = ne11 == 1 && ir + 40 <= M ? (const char *)(x + ((ir + 32) / 8) * nb) : NULL;
+    (void)pf; /* x86 only */
     for (int64_t c = 0; c < ne11; c++) {
       const le_block_q8_k *y = (const le_block_q8_k *)(const void *)(vy + c * by);
       float *o = dst + c * bs + ir;
 #if defined(LE_X86)
       if (le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512) {
         if (c < n4) q4kx8_gemm(nb, xg, y, o);
-        else q4kx8_gemv(nb, xg, y, o);
+        else q4kx8_gemv(nb, xg, y, o, pf);
         continue;
       }
 #endif
