@@ -37,9 +37,9 @@ export interface CpuBackendOptions {
    */
   syncBelowMs?: number;
   /**
-   * Repack weights where llama.cpp's matching CPU variant does (Q4_0 on
-   * AVX2, see lib/backend/cpu_repack.ts; default true). The results are the
-   * same bits either way; false keeps mapped weights as the only copy.
+   * Repack weights where llama.cpp's matching CPU variant does (Q4_0 and
+   * Q4_K on AVX2, see lib/backend/cpu_repack.ts; default true). The results
+   * are the same bits either way; false keeps mapped weights as the only copy.
    */
   repack?: boolean;
 }
