@@ -7,6 +7,9 @@
  * - linux-arm64: cross-compiled with Debian's `aarch64-linux-gnu-gcc`
  *   (NEON compiled for real) when that compiler is installed, else skipped
  *   with a message. `--require-arm64` makes its absence an error.
+ * - `dist/llm_edge.wasm`: the WebAssembly kernels (ffi/wasm.ts fetches it
+ *   from the package where FFI is unavailable) when the wasm toolchain is
+ *   installed, else skipped with a message.
  *
  * Release: `deno task build:dist && deno publish`. dist/ is ignored by git
  * and published (deno.json `publish.exclude` un-ignores it), so the manifest
@@ -16,6 +19,8 @@
  */
 import { fileURLToPath } from "node:url";
 import { buildNative, compilerAvailable } from "../ffi/build.ts";
+import { buildWasm, wasmToolchain } from "../ffi/wasm_build.ts";
+import { WASM_DIST_FILE } from "../ffi/wasm.ts";
 import { sha256Hex } from "../ffi/integrity.ts";
 import type { DistManifest, SourceEntry } from "../ffi/manifest.ts";
 import { LIB_NAME } from "../ffi/platform.ts";
@@ -93,6 +98,14 @@ if (import.meta.main) {
     const m = await writeDist({ libraries });
     for (const [p, e] of Object.entries(m.libraries)) {
       console.log(`dist/${e.file}  ${e.size} bytes  sha256 ${e.sha256}  (${p})`);
+    }
+    const tc = wasmToolchain();
+    if (tc.ok) {
+      const wasm = await buildWasm({ buildDir: `${work}/wasm`, verbose: false });
+      await Deno.copyFile(wasm, `${ROOT}/dist/${WASM_DIST_FILE}`);
+      console.log(`dist/${WASM_DIST_FILE}  ${Deno.statSync(wasm).size} bytes`);
+    } else {
+      console.log(`dist/${WASM_DIST_FILE} skipped: ${tc.reason}`);
     }
     console.log(`dist/manifest.json: ${m.sources.length} kernel sources`);
   } finally {

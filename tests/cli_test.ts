@@ -59,7 +59,7 @@ const BAD: [Command, string[], 1 | 2, string][] = [
   ["generate", ["--repeat-penalty", "0"], 2, "--repeat-penalty: 0 is out of range"],
   ["generate", ["--mirostat", "3"], 2, "--mirostat: 3 is out of range"],
   ["generate", ["--format", "xml"], 2, "--format: 'xml' is not one of text, json"],
-  ["generate", ["--backend", "gpu"], 2, "--backend: 'gpu' is not one of cpu, ref"],
+  ["generate", ["--backend", "gpu"], 2, "--backend: 'gpu' is not one of cpu, ref, wasm"],
   ["generate", ["--temp", "0x10"], 2, "--temp: expected a number, got '0x10'"],
   ["generate", ["--prompt"], 2, "--prompt: missing value"],
   ["generate", ["stray"], 2, "unexpected argument 'stray'"],

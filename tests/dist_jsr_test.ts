@@ -12,6 +12,8 @@ import { loadLibrary } from "../ffi/library.ts";
 import { sha256Hex } from "../ffi/integrity.ts";
 import { LIB_NAME } from "../ffi/platform.ts";
 import { writeDist } from "../scripts/build_dist.ts";
+import { WASM_DIST_FILE } from "../ffi/wasm.ts";
+import { WASM_SKIP, wasmModulePath, wasmTestName } from "./wasm_util.ts";
 import {
   DENO,
   denoJson,
@@ -71,6 +73,10 @@ const manifest = await writeDist({
   outDir: `${registry.pkgDir}/dist`,
   libraries: { "linux-x64": lib.path },
 });
+// the WebAssembly kernels build:dist adds (where the wasm toolchain is installed)
+if (!WASM_SKIP) {
+  await Deno.copyFile(await wasmModulePath(), `${registry.pkgDir}/dist/${WASM_DIST_FILE}`);
+}
 await registry.writeMeta();
 const { server, url, hits } = serveRegistry(registry.dir);
 const user = `${tmp}/user`;
@@ -248,6 +254,23 @@ Deno.test({
         "LLM_EDGE_LIB",
       ]
     ) assert.ok(line.includes(part), `"${part}" missing from: ${line}`);
+  },
+});
+
+Deno.test({
+  name: wasmTestName(
+    "from the registry without --allow-ffi: the package's dist/llm_edge.wasm runs",
+  ),
+  ignore: WASM_SKIP !== undefined,
+  async fn() {
+    const host = `127.0.0.1:${server.addr.port}`;
+    const r = await consume(`${tmp}/cache-wasm`, {
+      perms: ["--allow-read", "--allow-env", `--allow-net=${host}`, `--allow-import=${host}`],
+    });
+    assert.ok(r.ok, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout.trim().split("\n").at(-1)!), { text: expected });
+    const wasmUrl = `/${denoJson.name}/${denoJson.version}/dist/${WASM_DIST_FILE}`;
+    assert.equal(hits.get(wasmUrl), 1);
   },
 });
 

@@ -39,7 +39,7 @@ Deno.test("Context.create: bad options are OptionErrors, kvType q8_0 and backend
     // was silently built as an f16 cache
     [{ kvType: "q8_0" }, "kvType", `"f16", "f32"`],
     // was accepted (and ran on the CPU)
-    [{ backend: "gpu" }, "backend", `"cpu", "ref" or { cpuLayers: 0..6 }`],
+    [{ backend: "gpu" }, "backend", `"cpu", "ref", "wasm" or { cpuLayers: 0..6 }`],
     [{ backend: { cpuLayers: 99 } }, "backend", "cpuLayers"],
     [{ debugTaps: "l_out-0" }, "debugTaps", "array"],
     // not an option of this engine: ignoring it would hide a typo or a wrong assumption

@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
+#if !defined(__wasi__)
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#endif
 
 #if defined(LE_X86)
 #include <cpuid.h>
@@ -110,6 +112,16 @@ void *le_alloc(uint64_t size, uint64_t align) {
 
 void le_free(void *p) { free(p); }
 
+#if defined(__wasi__)
+/* wasm32: the module sees no files; the host copies models into its memory. */
+void *le_mmap_file(const char *path, uint64_t *size) {
+  if (size) *size = 0;
+  le_set_error("le_mmap_file: %s: no file mapping in the WebAssembly build", path);
+  return NULL;
+}
+
+void le_munmap(void *base, uint64_t size) { (void)base; (void)size; }
+#else
 void *le_mmap_file(const char *path, uint64_t *size) {
   if (size) *size = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -148,3 +160,4 @@ void le_munmap(void *base, uint64_t size) {
   le_maps_forget(base, size); /* before the pages go: no drop into a reused range */
   munmap(base, (size_t)size);
 }
+#endif

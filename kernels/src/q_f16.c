@@ -1,6 +1,7 @@
 /* F16: IEEE half. mul_mat rounds f32 activations to f16 first (ggml's
  * vec_dot_type for f16 is f16) and accumulates the products in float. */
 #include "le_internal.h"
+#include "le_wasm_simd.h"
 
 static void cvt_to_f32_scalar(const uint16_t *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = le_fp16_to_fp32(x[i]);
@@ -15,6 +16,35 @@ static void dot_f16_scalar(int64_t n, float *s, const void *vx, const void *vy) 
   for (int64_t i = 0; i < n; i++) sum += (double)(le_fp16_to_fp32(x[i]) * le_fp16_to_fp32(y[i]));
   *s = (float)sum;
 }
+
+#if defined(LE_WASM_SIMD)
+float le_wasm_f16_table[65536];
+__attribute__((constructor)) static void le_wasm_f16_table_init(void) {
+  for (uint32_t h = 0; h < 65536; h++) le_wasm_f16_table[h] = le_fp16_to_fp32((uint16_t)h);
+}
+
+/* dot_f16_scalar with 4 conversions and products at a time; the double sum
+ * stays element by element, in order. */
+static void dot_f16_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+  const uint16_t *x = vx, *y = vy;
+  double sum = 0.0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const v128_t p = wasm_f32x4_mul(le_wasm_h2f4(x + i), le_wasm_h2f4(y + i));
+    sum += (double)wasm_f32x4_extract_lane(p, 0);
+    sum += (double)wasm_f32x4_extract_lane(p, 1);
+    sum += (double)wasm_f32x4_extract_lane(p, 2);
+    sum += (double)wasm_f32x4_extract_lane(p, 3);
+  }
+  for (; i < n; i++) sum += (double)(le_wasm_h2f(x[i]) * le_wasm_h2f(y[i]));
+  *s = (float)sum;
+}
+static void cvt_to_f32_wasm(const uint16_t *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) wasm_v128_store(y + i, le_wasm_h2f4(x + i));
+  for (; i < n; i++) y[i] = le_fp16_to_fp32(x[i]);
+}
+#endif
 
 #if defined(LE_X86)
 LE_TARGET_AVX2 static void cvt_to_f32_avx2(const uint16_t *x, float *y, int64_t n) {
@@ -95,6 +125,10 @@ void le_fp16_to_fp32_row(const uint16_t *x, float *y, int64_t n) {
     return;
   }
 #endif
+#if defined(LE_WASM_SIMD)
+  cvt_to_f32_wasm(x, y, n);
+  return;
+#endif
   cvt_to_f32_scalar(x, y, n);
 }
 
@@ -121,7 +155,11 @@ const le_type_traits le_traits_f16 = {
     .from_float_act = f16_from_float,
     .vec_dot_type = LE_TYPE_F16,
     .vec_dot = {
+#if defined(LE_WASM_SIMD)
+        [LE_SIMD_SCALAR] = dot_f16_wasm,
+#else
         [LE_SIMD_SCALAR] = dot_f16_scalar,
+#endif
 #if defined(LE_X86)
         [LE_SIMD_AVX2] = dot_f16_avx2,
         [LE_SIMD_AVX512] = dot_f16_avx512,
@@ -130,4 +168,7 @@ const le_type_traits le_traits_f16 = {
         [LE_SIMD_NEON] = dot_f16_neon,
 #endif
     },
+#if defined(LE_WASM_SIMD)
+    .gemm = {[LE_SIMD_SCALAR] = &le_f16_tiles_wasm},
+#endif
 };

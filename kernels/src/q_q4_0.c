@@ -1,6 +1,7 @@
 /* Q4_0: blocks of 32 4-bit values (offset 8) with one f16 scale; element j
  * is the low nibble of qs[j], element j+16 the high nibble. */
 #include "q_k_simd.h"
+#include "le_wasm_simd.h"
 
 static void q4_0_to_float(const void *vx, float *y, int64_t n) {
   const le_block_q4_0 *x = vx;
@@ -54,6 +55,24 @@ static void dot_q4_0_scalar(int64_t n, float *s, const void *vx, const void *vy)
   }
   *s = sum;
 }
+
+#if defined(LE_WASM_SIMD)
+/* dot_q4_0_scalar with the integer block sums in SIMD128 (exact in any order). */
+static void dot_q4_0_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q4_0 *x = vx;
+  const le_block_q8_0 *y = vy;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    const v128_t q = wasm_v128_load(x[i].qs);
+    const v128_t lo = wasm_i8x16_sub(wasm_v128_and(q, wasm_i8x16_splat(0x0f)), wasm_i8x16_splat(8));
+    const v128_t hi = wasm_i8x16_sub(wasm_u8x16_shr(q, 4), wasm_i8x16_splat(8));
+    const v128_t p = wasm_i32x4_add(le_wasm_dot_i8x16(lo, wasm_v128_load(y[i].qs)),
+                                    le_wasm_dot_i8x16(hi, wasm_v128_load(y[i].qs + 16)));
+    sum += (float)le_wasm_hsum_i32x4(p) * le_wasm_h2f(x[i].d) * le_wasm_h2f(y[i].d);
+  }
+  *s = sum;
+}
+#endif
 
 #if defined(LE_X86)
 LE_TARGET_AVX2 static void dot_q4_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
@@ -418,7 +437,11 @@ const le_type_traits le_traits_q4_0 = {
     .from_float_act = NULL,
     .vec_dot_type = LE_TYPE_Q8_0,
     .vec_dot = {
+#if defined(LE_WASM_SIMD)
+        [LE_SIMD_SCALAR] = dot_q4_0_wasm,
+#else
         [LE_SIMD_SCALAR] = dot_q4_0_scalar,
+#endif
 #if defined(LE_X86)
         [LE_SIMD_AVX2] = dot_q4_0_avx2,
         [LE_SIMD_AVX512] = dot_q4_0_avx512,
@@ -429,5 +452,7 @@ const le_type_traits le_traits_q4_0 = {
     },
 #if defined(LE_X86)
     .gemm = {[LE_SIMD_AVX2] = &q4_0_tiles_avx2, [LE_SIMD_AVX512] = &q4_0_tiles_avx512},
+#elif defined(LE_WASM_SIMD)
+    .gemm = {[LE_SIMD_SCALAR] = &le_q4_0_tiles_wasm},
 #endif
 };

@@ -2,6 +2,7 @@
  * 6-bit scale and 6-bit min (x = d*sc*q - dmin*m). Groups 2p and 2p+1 are the
  * low and high nibbles of qs[32p .. 32p+31]. */
 #include "q_k_simd.h"
+#include "le_wasm_simd.h"
 
 static void q4_k_to_float(const void *vx, float *y, int64_t n) {
   const le_block_q4_k *x = vx;
@@ -223,7 +224,11 @@ const le_type_traits le_traits_q4_k = {
     .from_float_act = NULL,
     .vec_dot_type = LE_TYPE_Q8_K,
     .vec_dot = {
+#if defined(LE_WASM_SIMD)
+        [LE_SIMD_SCALAR] = le_dot_q4_k_wasm,
+#else
         [LE_SIMD_SCALAR] = dot_q4_k_scalar,
+#endif
 #if defined(LE_X86)
         [LE_SIMD_AVX2] = dot_q4_k_avx2,
         [LE_SIMD_AVX512] = dot_q4_k_avx512,

@@ -3,6 +3,7 @@
  * its low nibble in ql[64h + l + 32*(k&1)] (high nibble when k >= 2) and its
  * top two bits at bit 2k of qh[32h + l]. */
 #include "q_k_simd.h"
+#include "le_wasm_simd.h"
 
 static inline int q6_k_code(const le_block_q6_k *b, int e) {
   const int h = e / 128, k = (e % 128) / 32, l = e % 32;
@@ -127,7 +128,11 @@ const le_type_traits le_traits_q6_k = {
     .from_float_act = NULL,
     .vec_dot_type = LE_TYPE_Q8_K,
     .vec_dot = {
+#if defined(LE_WASM_SIMD)
+        [LE_SIMD_SCALAR] = le_dot_q6_k_wasm,
+#else
         [LE_SIMD_SCALAR] = dot_q6_k_scalar,
+#endif
 #if defined(LE_X86)
         [LE_SIMD_AVX2] = dot_q6_k_avx2,
         [LE_SIMD_AVX512] = dot_q6_k_avx512,

@@ -2,6 +2,7 @@
  * 32-element quant types: activations are quantized with ggml's x86 CPU
  * quantizer (scale 127/amax, round half to even), not the reference one. */
 #include "q_common.h"
+#include "le_wasm_simd.h"
 
 static void q8_0_to_float(const void *vx, float *y, int64_t n) {
   const le_block_q8_0 *x = vx;
@@ -57,6 +58,22 @@ static void dot_q8_0_scalar(int64_t n, float *s, const void *vx, const void *vy)
   *s = sum;
 }
 
+#if defined(LE_WASM_SIMD)
+/* dot_q8_0_scalar with the integer block sums in SIMD128 (exact in any order). */
+static void dot_q8_0_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+  const le_block_q8_0 *x = vx, *y = vy;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / LE_QK; i++) {
+    const v128_t p = wasm_i32x4_add(
+        le_wasm_dot_i8x16(wasm_v128_load(x[i].qs), wasm_v128_load(y[i].qs)),
+        le_wasm_dot_i8x16(wasm_v128_load(x[i].qs + 16), wasm_v128_load(y[i].qs + 16)));
+    const int32_t si = le_wasm_hsum_i32x4(p);
+    sum += (float)si * (le_wasm_h2f(x[i].d) * le_wasm_h2f(y[i].d));
+  }
+  *s = sum;
+}
+#endif
+
 #if defined(LE_X86)
 LE_TARGET_AVX2 static void dot_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q8_0 *x = vx, *y = vy;
@@ -99,7 +116,11 @@ const le_type_traits le_traits_q8_0 = {
     .from_float_act = le_quantize_q8_0_act,
     .vec_dot_type = LE_TYPE_Q8_0,
     .vec_dot = {
+#if defined(LE_WASM_SIMD)
+        [LE_SIMD_SCALAR] = dot_q8_0_wasm,
+#else
         [LE_SIMD_SCALAR] = dot_q8_0_scalar,
+#endif
 #if defined(LE_X86)
         [LE_SIMD_AVX2] = dot_q8_0_avx2,
         /* llama.cpp's x86 q8_0 dot has only the 8-lane AVX2 form, also in its
@@ -111,4 +132,7 @@ const le_type_traits le_traits_q8_0 = {
         [LE_SIMD_NEON] = dot_q8_0_neon,
 #endif
     },
+#if defined(LE_WASM_SIMD)
+    .gemm = {[LE_SIMD_SCALAR] = &le_q8_0_tiles_wasm},
+#endif
 };

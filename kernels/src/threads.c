@@ -21,8 +21,13 @@
 #include "le_internal.h"
 #include "le_sched.h"
 
+#if defined(__wasm__) && !defined(__wasm_atomics__)
+#define LE_NO_THREADS 1 /* one thread only: see le_nothreads.h */
+#include "le_nothreads.h"
+#else
 #include <pthread.h>
 #include <sched.h>
+#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +370,12 @@ le_ctx *le_ctx_new(int32_t n_threads) {
     le_set_error("le_ctx_new: thread count %d outside 1..%d", n_threads, LE_MAX_THREADS);
     return NULL;
   }
+#if defined(LE_NO_THREADS)
+  if (n_threads > 1) {
+    le_set_error("le_ctx_new: %d threads asked, this build runs one", n_threads);
+    return NULL;
+  }
+#endif
   le_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
     le_set_error("le_ctx_new: out of memory");

@@ -1,7 +1,8 @@
 /* exp-based row kernels (softmax, silu, swiglu) that reproduce ggml-cpu's
  * vec.cpp arithmetic at each SIMD level: its polynomial ggml_v_expf (an Arm
  * optimized-routines port) on AVX-512, AVX2 and (our x86 scalar level) SSE2,
- * libm expf for the leftover elements and the scalar level elsewhere. Bit-identical results matter: the outputs
+ * libm expf for the leftover elements and the scalar level elsewhere (wasm32 with
+ * SIMD128 runs the SSE2 form too). Bit-identical results matter: the outputs
  * feed f16 and q8 roundings, where a one-ulp difference becomes a visible one. */
 #include "le_internal.h"
 
@@ -178,6 +179,72 @@ static int has_avx512dq(void) {
   if (cached < 0) cached = __builtin_cpu_supports("avx512dq") ? 1 : 0;
   return cached;
 }
+#elif defined(__wasm_simd128__)
+/* wasm32 + SIMD128 (the WebAssembly build, which runs the scalar level):
+ * the SSE2 form above lane for lane, so it gives our x86 scalar level's
+ * bits (llama.cpp's x64 variant). Every op is an IEEE f32 op in both. */
+#include <wasm_simd128.h>
+#define LE_WASM_128 1
+
+static inline v128_t madd128(v128_t x, v128_t y, v128_t z) {
+  return wasm_f32x4_add(wasm_f32x4_mul(x, y), z);
+}
+static inline v128_t nmadd128(v128_t x, v128_t y, v128_t z) {
+  return wasm_f32x4_sub(z, wasm_f32x4_mul(x, y));
+}
+#define S4 wasm_f32x4_splat
+
+static inline v128_t v_expf_128(v128_t x) {
+  const v128_t r = S4(0x1.8p23f);
+  const v128_t z = madd128(x, S4(0x1.715476p+0f), r);
+  const v128_t n = wasm_f32x4_sub(z, r);
+  const v128_t b = nmadd128(n, S4(0x1.7f7d1cp-20f), nmadd128(n, S4(0x1.62e4p-1f), x));
+  const v128_t e = wasm_i32x4_shl(z, 23);
+  const v128_t k = wasm_i32x4_add(e, S4(1));
+  const v128_t absn = wasm_v128_andnot(n, S4(-0.0f));
+  const v128_t c = wasm_f32x4_gt(absn, S4(126));
+  const v128_t u = wasm_f32x4_mul(b, b);
+  const v128_t j = madd128(madd128(madd128(S4(0x1.0e4020p-7f), b, S4(0x1.573e2ep-5f)), u,
+                                   madd128(S4(0x1.555e66p-3f), b, S4(0x1.fffdb6p-2f))),
+                           u, wasm_f32x4_mul(S4(0x1.ffffecp-1f), b));
+  if (!wasm_v128_any_true(c)) return madd128(j, k, k);
+  const v128_t g = wasm_v128_and(wasm_f32x4_le(n, wasm_f32x4_splat(0.0f)),
+                                 wasm_i32x4_splat((int)0x82000000u));
+  const v128_t s1 = wasm_i32x4_add(g, wasm_i32x4_splat(0x7f000000));
+  const v128_t s2 = wasm_i32x4_sub(e, g);
+  const v128_t d = wasm_f32x4_gt(absn, S4(192));
+  const v128_t mid_range = wasm_v128_or(wasm_v128_and(c, wasm_f32x4_mul(madd128(s2, j, s2), s1)),
+                                        wasm_v128_andnot(madd128(k, j, k), c));
+  return wasm_v128_or(wasm_v128_and(d, wasm_f32x4_mul(s1, s1)), wasm_v128_andnot(mid_range, d));
+}
+
+static inline v128_t v_silu_128(v128_t x) {
+  const v128_t e = v_expf_128(wasm_f32x4_sub(wasm_f32x4_splat(0.0f), x));
+  return wasm_f32x4_div(x, wasm_f32x4_add(S4(1.0f), e));
+}
+
+/* the per-4 sum of the non-AVX builds: (v0 + v1) + (v2 + v3) */
+static int64_t soft_max_128(int64_t n, float *y, const float *x, float max, double *sum) {
+  int64_t i = 0;
+  for (; i + 3 < n; i += 4) {
+    const v128_t v = v_expf_128(wasm_f32x4_sub(wasm_v128_load(x + i), S4(max)));
+    wasm_v128_store(y + i, v);
+    const float a = wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1);
+    const float b = wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3);
+    *sum += (double)(a + b);
+  }
+  return i;
+}
+
+static int64_t swiglu_128(int64_t n, float *y, const float *x, const float *g) {
+  int64_t i = 0;
+  for (; i + 3 < n; i += 4) {
+    const v128_t s = v_silu_128(wasm_v128_load(x + i));
+    wasm_v128_store(y + i, g ? wasm_f32x4_mul(s, wasm_v128_load(g + i)) : s);
+  }
+  return i;
+}
+#undef S4
 #endif
 
 double le_vec_soft_max_f32(int64_t n, float *y, const float *x, float max) {
@@ -188,6 +255,8 @@ double le_vec_soft_max_f32(int64_t n, float *y, const float *x, float max) {
   if (lvl >= LE_SIMD_AVX512 && has_avx512dq()) i = soft_max_512(n, y, x, max, &sum);
   else if (lvl >= LE_SIMD_AVX2) i = soft_max_256(n, y, x, max, &sum);
   else i = soft_max_128(n, y, x, max, &sum);
+#elif defined(LE_WASM_128)
+  i = soft_max_128(n, y, x, max, &sum);
 #endif
   for (; i < n; i++) {
     const float e = expf(x[i] - max);
@@ -204,6 +273,8 @@ void le_vec_swiglu_f32(int64_t n, float *y, const float *x, const float *g) {
   if (lvl >= LE_SIMD_AVX512 && has_avx512dq()) i = swiglu_512(n, y, x, g);
   else if (lvl >= LE_SIMD_AVX2) i = swiglu_256(n, y, x, g);
   else i = swiglu_128(n, y, x, g);
+#elif defined(LE_WASM_128)
+  i = swiglu_128(n, y, x, g);
 #endif
   for (; i < n; i++) y[i] = g ? silu_f32(x[i]) * g[i] : silu_f32(x[i]);
 }

@@ -57,6 +57,22 @@ static int has_avx512dq_n(void) {
   if (cached < 0) cached = __builtin_cpu_supports("avx512dq") ? 1 : 0;
   return cached;
 }
+#elif defined(__wasm_simd128__)
+/* wasm32 + SIMD128: cvar_128 above, lane for lane (x86's scalar level). */
+#include <wasm_simd128.h>
+#define LE_WASM_128 1
+static int64_t cvar_128(int64_t n, float *y, const float *x, float mean, double *sum) {
+  int64_t i = 0;
+  for (; i + 3 < n; i += 4) {
+    v128_t v = wasm_f32x4_sub(wasm_v128_load(x + i), wasm_f32x4_splat(mean));
+    wasm_v128_store(y + i, v);
+    v = wasm_f32x4_mul(v, v);
+    const float a = wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1);
+    const float b = wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3);
+    *sum += (double)(a + b);
+  }
+  return i;
+}
 #endif
 
 double le_vec_cvar_f32(int64_t n, float *y, const float *x, float mean) {
@@ -67,6 +83,8 @@ double le_vec_cvar_f32(int64_t n, float *y, const float *x, float mean) {
   if (lvl >= LE_SIMD_AVX512 && has_avx512dq_n()) i = cvar_512(n, y, x, mean, &sum);
   else if (lvl >= LE_SIMD_AVX2) i = cvar_256(n, y, x, mean, &sum);
   else i = cvar_128(n, y, x, mean, &sum);
+#elif defined(LE_WASM_128)
+  i = cvar_128(n, y, x, mean, &sum);
 #endif
   for (; i < n; i++) {
     const float v = x[i] - mean;

@@ -1,9 +1,10 @@
 /**
  * Backends by name, so that which ones a context runs on is data (a list of
  * names) rather than a switch over the kinds this file happens to know.
- * Built in: "cpu" (the native kernels), "ref" (the TypeScript reference) and
+ * Built in: "cpu" (the native kernels), "ref" (the TypeScript reference),
  * "cuda" (kernels/cuda; opening it fails with a one-line error where no
- * device is usable).
+ * device is usable) and "wasm" (the kernels compiled to WebAssembly, for
+ * runtimes without FFI; one thread, whatever `threads` says).
  * A backend living elsewhere (a GPU one, a test double) registers a factory
  * under its own name.
  *
@@ -12,6 +13,7 @@
 import { CpuBackend } from "./cpu.ts";
 import { CudaBackend } from "./cuda.ts";
 import { ReferenceBackend } from "./reference.ts";
+import { WasmBackend } from "./wasm.ts";
 import type { Backend } from "./types.ts";
 
 /** What a factory is told when a context opens its backend. */
@@ -27,6 +29,8 @@ const BUILTIN = new Map<string, BackendFactory>([
   ["cpu", (o) => CpuBackend.create({ threads: o.threads })],
   ["ref", () => Promise.resolve(new ReferenceBackend())],
   ["cuda", () => CudaBackend.create()],
+  // `threads` is the CPU's setting: a script written for it runs unchanged here.
+  ["wasm", () => WasmBackend.create()],
 ]);
 
 const factories = new Map<string, BackendFactory>(BUILTIN);

@@ -97,9 +97,9 @@ export const GENERATE_FLAGS = {
     default: 1,
     description: "guidance scale (needs --cfg-negative-prompt); 1 = off",
   }),
-  backend: flag.choice(["cpu", "ref"], {
-    default: "cpu",
-    description: "cpu (native kernels) or ref (pure TypeScript)",
+  backend: flag.choice(["cpu", "ref", "wasm"], {
+    defaultText: "cpu, or wasm without --allow-ffi",
+    description: "cpu (native kernels), wasm (the kernels in WebAssembly) or ref (pure TypeScript)",
   }),
   "flash-attn": flashAttnFlag(),
   "cache-type": cacheTypeFlag(),
@@ -163,12 +163,15 @@ export function main(args: string[]): Promise<number> {
     const say = (s: string) => text && console.error(s);
 
     // The first run builds the native library: its own progress and time,
-    // not counted as model load time.
-    const { loadLibrary } = await import("../../ffi/library.ts");
-    const tLib = performance.now();
-    await loadLibrary();
-    const libMs = performance.now() - tLib;
-    if (libMs > 1000) say(`build: native library ready in ${(libMs / 1000).toFixed(1)} s`);
+    // not counted as model load time. Without FFI the WebAssembly backend runs.
+    const { ffiAvailable } = await import("../../ffi/wasm.ts");
+    if (ffiAvailable()) {
+      const { loadLibrary } = await import("../../ffi/library.ts");
+      const tLib = performance.now();
+      await loadLibrary();
+      const libMs = performance.now() - tLib;
+      if (libMs > 1000) say(`build: native library ready in ${(libMs / 1000).toFixed(1)} s`);
+    } else say("backend: wasm (no FFI permission)");
 
     const { Model } = await import("../model/model.ts");
     const { Context } = await import("../runtime/context.ts");

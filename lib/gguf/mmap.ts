@@ -17,8 +17,11 @@ import { detachNative, nativeBytes, toCString } from "../../ffi/pointers.ts";
 export interface MappedFile extends OwnedBuffer, Disposable {
   /** Always "host". */
   readonly backend: "host";
-  /** Base address of the mapping. */
-  readonly ptr: Deno.PointerObject;
+  /**
+   * Base address of the mapping; null for a file read into WebAssembly
+   * memory (./wasm_file.ts), which only the WebAssembly backend reads.
+   */
+  readonly ptr: Deno.PointerObject | null;
   /** The mapped file. */
   readonly path: string;
 }

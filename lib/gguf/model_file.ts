@@ -8,6 +8,8 @@ import { GGUFError } from "./error.ts";
 import type { GGUFHeaderData, GGUFTensorInfo } from "./header.ts";
 import { mapFile, type MappedFile } from "./mmap.ts";
 import { loadLibrary } from "../../ffi/library.ts";
+import { ffiAvailable } from "../../ffi/wasm.ts";
+import { readFileIntoWasm } from "./wasm_file.ts";
 import { readGGUF } from "./reader.ts";
 
 /** Keys llama.cpp's gguf-split writes into every split. */
@@ -122,6 +124,11 @@ export async function openGGUF(path: string): Promise<GGUFModelFile> {
   }
   const maps: MappedFile[] = [];
   try {
+    if (!ffiAvailable()) {
+      // No FFI (no --allow-ffi, not Deno): the files go into the WebAssembly kernels' memory.
+      for (const p of paths) maps.push(await readFileIntoWasm(p));
+      return new GGUFModelFile(header, paths, maps);
+    }
     // The async loader builds the native library on first use when needed.
     const lib = await loadLibrary();
     for (const p of paths) maps.push(mapFile(p, lib));

@@ -7,6 +7,7 @@
  * @module
  */
 import { createBackend } from "../backend/registry.ts";
+import { ffiAvailable } from "../../ffi/wasm.ts";
 import type { Backend } from "../backend/types.ts";
 
 /**
@@ -31,6 +32,7 @@ export interface BackendPlan {
 export type BackendChoice =
   | "cpu"
   | "ref"
+  | "wasm"
   | { readonly cpuLayers: number }
   | { readonly gpuLayers: number }
   | BackendPlan;
@@ -38,17 +40,18 @@ export type BackendChoice =
 /**
  * The choice `options` make (a copy, so later changes to the caller's arrays
  * do not reach the context): `backends` and `layerSplit` when given, else
- * `backend`, by default "cpu". Run after the options were validated.
+ * `backend`, by default "cpu", or "wasm" where FFI is unavailable (no
+ * `--allow-ffi`, no `Deno.dlopen`). Run after the options were validated.
  */
 export function backendChoice(options: {
-  readonly backend?: "cpu" | "ref" | { readonly cpuLayers: number };
+  readonly backend?: "cpu" | "ref" | "wasm" | { readonly cpuLayers: number };
   readonly backends?: readonly string[];
   readonly layerSplit?: readonly number[];
   readonly nGpuLayers?: number;
 }): BackendChoice {
   const { backend, backends, layerSplit, nGpuLayers } = options;
   if (nGpuLayers) return { gpuLayers: nGpuLayers };
-  if (!backends) return backend ?? "cpu";
+  if (!backends) return backend ?? (ffiAvailable() ? "cpu" : "wasm");
   return layerSplit ? { backends: [...backends], layerSplit: [...layerSplit] } : {
     backends: [...backends],
   };
@@ -56,7 +59,7 @@ export function backendChoice(options: {
 
 /**
  * The plan a choice stands for: "cpu" is `{ backends: ["cpu"] }`, "ref" is
- * `{ backends: ["ref"] }`, `{ cpuLayers: k }` is
+ * `{ backends: ["ref"] }`, "wasm" is `{ backends: ["wasm"] }`, `{ cpuLayers: k }` is
  * `{ backends: ["cpu", "ref"], layerSplit: [k] }` and `{ gpuLayers: k }`
  * (for a model of `nLayer` layers) offloads the last k layers as llama.cpp's
  * n_gpu_layers does: `{ backends: ["cpu", "cuda"], layerSplit: [nLayer - k] }`,
@@ -65,7 +68,7 @@ export function backendChoice(options: {
  * k > nLayer), and ops the CUDA kernels lack run on the CPU.
  */
 export function backendPlan(choice: BackendChoice, nLayer?: number): BackendPlan {
-  if (choice === "cpu" || choice === "ref") return { backends: [choice] };
+  if (choice === "cpu" || choice === "ref" || choice === "wasm") return { backends: [choice] };
   if ("cpuLayers" in choice) return { backends: ["cpu", "ref"], layerSplit: [choice.cpuLayers] };
   if ("gpuLayers" in choice) {
     if (nLayer === undefined) throw new TypeError("backendPlan: gpuLayers needs the layer count");
@@ -89,7 +92,7 @@ export function choiceLabel(choice: BackendChoice): string {
 /** The shape of `choice` as context options (to open another context like it). */
 export function choiceOptions(
   choice: BackendChoice,
-): { backend: "cpu" | "ref" | { cpuLayers: number } } | { nGpuLayers: number } | {
+): { backend: "cpu" | "ref" | "wasm" | { cpuLayers: number } } | { nGpuLayers: number } | {
   backends: readonly string[];
   layerSplit?: readonly number[];
 } {

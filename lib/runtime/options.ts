@@ -61,13 +61,16 @@ export interface ContextOptions {
    */
   flashAttn?: boolean;
   /**
-   * Where layers run: "cpu" (native kernels), "ref" (pure TypeScript), or
+   * Where layers run: "cpu" (native kernels), "ref" (pure TypeScript),
+   * "wasm" (the native kernels compiled to WebAssembly: no FFI needed, one
+   * thread, the CPU backend's scalar-level results), or
    * `{ cpuLayers: k }` — layers below k on the CPU backend, the rest (and
    * the output head) on the reference backend, with copies between them.
-   * Shorthands for {@link ContextOptions.backends}: `["cpu"]`, `["ref"]`
-   * and `["cpu", "ref"]` with `layerSplit: [k]`.
+   * Shorthands for {@link ContextOptions.backends}: `["cpu"]`, `["ref"]`,
+   * `["wasm"]` and `["cpu", "ref"]` with `layerSplit: [k]`. Default "cpu",
+   * or "wasm" where FFI is unavailable (no `--allow-ffi`, no `Deno.dlopen`).
    */
-  backend?: "cpu" | "ref" | { cpuLayers: number };
+  backend?: "cpu" | "ref" | "wasm" | { cpuLayers: number };
   /**
    * The backends by registry name ("cpu", "ref"), highest priority first,
    * each once; not together with {@link ContextOptions.backend}. Without
@@ -181,12 +184,12 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
     }
   }
   const b = o.backend as unknown;
-  if (b !== undefined && b !== "cpu" && b !== "ref") {
+  if (b !== undefined && b !== "cpu" && b !== "ref" && b !== "wasm") {
     const split = typeof b === "object" && b !== null && !Array.isArray(b) &&
       Object.keys(b).length === 1 && "cpuLayers" in b;
     const k = split ? (b as { cpuLayers: unknown }).cpuLayers : undefined;
     if (!split || typeof k !== "number" || !Number.isInteger(k) || k < 0 || k > hp.nLayer) {
-      c.fail("backend", b, `"cpu", "ref" or { cpuLayers: 0..${hp.nLayer} }`);
+      c.fail("backend", b, `"cpu", "ref", "wasm" or { cpuLayers: 0..${hp.nLayer} }`);
     }
   }
   checkBackends(c, hp, o);

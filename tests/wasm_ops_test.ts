@@ -1,0 +1,248 @@
+// The WebAssembly backend's kernels: every op case of tests/ops_cases.ts
+// against the float64 reference backend (the CPU tests' tolerances) and bit
+// for bit against the CPU backend at its scalar level (the same C, so the
+// same operation order) — except ROPE, whose sinf/cosf come from the libm
+// each side links (wasi-libc's musl vs the host's glibc: about 1% of angles
+// differ by an ulp), held to a few ulps; the row helpers (quantize,
+// dequantize, vec_dot) for every type; memory growth, the 4 GiB limit and one
+// thread. Skipped, naming the missing tool, only where the wasm toolchain is
+// absent.
+import assert from "node:assert/strict";
+import { ReferenceBackend } from "../lib/backend/reference.ts";
+import { CpuBackend } from "../lib/backend/cpu.ts";
+import { WasmBackend } from "../lib/backend/wasm.ts";
+import { GGMLType, ggmlTypeInfo } from "../lib/ggml/types.ts";
+import { Op } from "../lib/graph/ops.ts";
+import { bufferGet, bufferSet } from "../lib/ggml/memory.ts";
+import { loadLibrary } from "../ffi/library.ts";
+import { SimdLevel } from "../ffi/symbols.ts";
+import { WASM32_MAX_BYTES, WasmKernelError, type WasmKernels } from "../ffi/wasm.ts";
+import { readFileIntoWasm } from "../lib/gguf/wasm_file.ts";
+import { buildCases, type Case, emptySpec, randomSpec, readDst, run } from "./ops_cases.ts";
+import { mulberry32 as rng } from "./rng.ts";
+import { WASM_SKIP, wasmKernels, wasmTestName } from "./wasm_util.ts";
+
+const ignore = WASM_SKIP !== undefined;
+const CASES = buildCases();
+
+function within(c: Case, got: number[], want: number[]): void {
+  assert.equal(got.length, want.length, c.name);
+  for (let i = 0; i < want.length; i++) {
+    const err = Math.abs(got[i] - want[i]);
+    if (!(err <= c.atol + c.rtol * Math.abs(want[i]))) {
+      assert.fail(`wasm ${c.name}: element ${i} wasm ${got[i]} ref ${want[i]} (err ${err})`);
+    }
+  }
+}
+
+// ROPE's f32 outputs: wasm and cpu within 4 ulps (libm sinf/cosf differ by one now and then).
+function ropeClose(c: Case, got: Uint8Array, want: Uint8Array): number {
+  const a = new Float32Array(got.buffer), b = new Float32Array(want.buffer);
+  let differ = 0;
+  for (let i = 0; i < b.length; i++) {
+    if (Object.is(a[i], b[i])) continue;
+    differ++;
+    const ulp = Math.max(Math.abs(b[i]), 2 ** -126) * 2 ** -23;
+    assert.ok(Math.abs(a[i] - b[i]) <= 4 * ulp, `${c.name}: element ${i} wasm ${a[i]} cpu ${b[i]}`);
+  }
+  return differ;
+}
+
+Deno.test({
+  name: wasmTestName(
+    "wasm ops match the reference and the cpu scalar level bit for bit (rope: 4 ulps)",
+  ),
+  ignore,
+  async fn() {
+    const kernels = await wasmKernels();
+    const lib = await loadLibrary();
+    using wasm = new WasmBackend(kernels);
+    const ref = new ReferenceBackend();
+    using cpu = new CpuBackend({ threads: 1, library: lib });
+    assert.equal(lib.symbols.le_set_simd_level(SimdLevel.SCALAR), SimdLevel.SCALAR);
+    try {
+      for (const c of CASES) {
+        const got = await run(wasm, c);
+        within(c, readDst(c, got), readDst(c, await run(ref, c)));
+        const want = await run(cpu, c);
+        if (c.op === Op.ROPE && c.dst.type === GGMLType.F32) ropeClose(c, got, want);
+        else assert.deepEqual(got, want, `${c.name}: wasm differs from cpu scalar`);
+      }
+    } finally {
+      lib.symbols.le_set_simd_level(SimdLevel.BEST);
+    }
+  },
+});
+
+Deno.test({
+  name: wasmTestName(
+    "wasm f16/q8_0/q4_0 mul_mat tiles equal the cpu scalar level's vec_dot for any shape",
+  ),
+  ignore,
+  async fn() {
+    const lib = await loadLibrary();
+    using wasm = new WasmBackend(await wasmKernels());
+    using cpu = new CpuBackend({ threads: 1, library: lib });
+    const r = rng(11);
+    lib.symbols.le_set_simd_level(SimdLevel.SCALAR);
+    let n = 0;
+    try {
+      for (const t of [GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0]) {
+        // M % 8 == 0 takes the tiles (4-row groups, leftover columns); M = 12 the vec_dot
+        // path; F16 also with K % 4 != 0 (the tiles' element tail)
+        const shapes = [[32, 8], [96, 16], [256, 24], [64, 12]];
+        if (t === GGMLType.F16) shapes.push([38, 8]);
+        for (const [K, M] of shapes) {
+          for (const N of [1, 2, 3, 4, 5, 7, 9]) {
+            const c: Case = {
+              name: `mul_mat ${t} K${K} M${M} N${N}`,
+              op: Op.MUL_MAT,
+              src: [randomSpec(t, [K, M, 1, 1], r), randomSpec(GGMLType.F32, [K, N, 1, 1], r)],
+              dst: emptySpec(GGMLType.F32, [M, N, 1, 1]),
+              atol: 0,
+              rtol: 0,
+            };
+            assert.deepEqual(await run(wasm, c), await run(cpu, c), c.name);
+            n++;
+          }
+        }
+      }
+    } finally {
+      lib.symbols.le_set_simd_level(SimdLevel.BEST);
+    }
+    assert.equal(n, 91);
+  },
+});
+
+Deno.test({
+  name: wasmTestName(
+    "wasm reuses an encoded node array, and copies foreign sources again each run",
+  ),
+  ignore,
+  async fn() {
+    using wasm = new WasmBackend(await wasmKernels());
+    const ref = new ReferenceBackend();
+    const n = 64, f32 = (v: number[]) => new Uint8Array(new Float32Array(v).buffer);
+    const tensor = (buf: ReturnType<typeof wasm.alloc>) => ({
+      type: GGMLType.F32,
+      ne: [n, 1, 1, 1] as [number, number, number, number],
+      nb: [4, 4 * n, 4 * n, 4 * n] as [number, number, number, number],
+      data: { buffer: buf, offset: 0 },
+    });
+    const a = wasm.alloc(4 * n), d = wasm.alloc(4 * n), foreign = ref.alloc(4 * n);
+    bufferSet(a, 0, f32(Array.from({ length: n }, (_, i) => i)));
+    const nodes = [{
+      op: Op.ADD,
+      dst: tensor(d),
+      src: [tensor(a), { ...tensor(a), data: { buffer: foreign, offset: 0 } }],
+      params: new Int32Array(16),
+    }];
+    for (const k of [1, 2, 3]) {
+      bufferSet(foreign, 0, f32(Array.from({ length: n }, () => 100 * k)));
+      bufferSet(a, 0, f32(Array.from({ length: n }, (_, i) => i + k)));
+      await wasm.compute(nodes);
+      const got = new Float32Array(bufferGet(d, 0, 4 * n).buffer);
+      assert.deepEqual(Array.from(got), Array.from({ length: n }, (_, i) => i + k + 100 * k));
+    }
+  },
+});
+
+// Copies `src` into fresh module memory; its address.
+function put(k: WasmKernels, src: Uint8Array): number {
+  const a = k.alloc(src.byteLength);
+  k.u8.set(src, a);
+  return a;
+}
+
+Deno.test({
+  name: wasmTestName("wasm row helpers equal the native scalar level for every type"),
+  ignore,
+  async fn() {
+    const k = await wasmKernels();
+    const lib = await loadLibrary();
+    const ex = k.exports;
+    const r = rng(7);
+    const n = 512;
+    const x = new Float32Array(n).map(() => (r() - 0.5) * 4);
+    const y = new Float32Array(n).map(() => r() - 0.5);
+    lib.symbols.le_set_simd_level(SimdLevel.SCALAR);
+    let checked = 0;
+    try {
+      for (const [name, t] of Object.entries(GGMLType)) {
+        const info = ggmlTypeInfo(t);
+        if (!info || n % info.blockSize !== 0) continue;
+        const bytes = (n / info.blockSize) * info.typeSize;
+        const want = new Uint8Array(bytes);
+        if (lib.symbols.le_quantize_row(t, x, want, BigInt(n)) !== 0) continue; // not quantizable
+        const xa = put(k, new Uint8Array(x.buffer)), qa = k.alloc(bytes);
+        assert.equal(ex.le_quantize_row(t, xa, qa, BigInt(n)), 0, `${name}: ${k.lastError()}`);
+        assert.deepEqual(k.u8.slice(qa, qa + bytes), want, `${name}: quantize_row`);
+        const dq = new Float32Array(n), da = k.alloc(4 * n);
+        assert.equal(lib.symbols.le_dequantize_row(t, want, dq, BigInt(n)), 0);
+        assert.equal(ex.le_dequantize_row(t, qa, da, BigInt(n)), 0, name);
+        assert.deepEqual(k.u8.slice(da, da + 4 * n), new Uint8Array(dq.buffer), `${name}: dequant`);
+        const dot = new Float32Array(1), ya = put(k, new Uint8Array(y.buffer)), oa = k.alloc(4);
+        const rc = lib.symbols.le_vec_dot(t, BigInt(n), want, y, dot);
+        assert.equal(ex.le_vec_dot(t, BigInt(n), qa, ya, oa), rc, `${name}: vec_dot result code`);
+        const got = new Float32Array(k.u8.slice(oa, oa + 4).buffer)[0];
+        if (rc === 0) {
+          assert.ok(Object.is(got, dot[0]), `${name}: vec_dot wasm ${got} native ${dot[0]}`);
+        }
+        for (const a of [xa, qa, da, ya, oa]) k.free(a);
+        checked++;
+      }
+    } finally {
+      lib.symbols.le_set_simd_level(SimdLevel.BEST);
+    }
+    assert.ok(checked >= 10, `only ${checked} types checked`);
+  },
+});
+
+Deno.test({
+  name: wasmTestName("wasm buffers survive memory growth; 4 GiB and threads are refused clearly"),
+  ignore,
+  async fn() {
+    const k = await wasmKernels();
+    using wasm = new WasmBackend(k);
+    const a = wasm.alloc(1024);
+    const pattern = new Uint8Array(1024).map((_, i) => i * 7);
+    bufferSet(a, 0, pattern);
+    const before = k.memoryBytes;
+    const big = wasm.alloc(before + (64 << 20)); // must grow the memory
+    assert.ok(k.memoryBytes > before, "memory did not grow");
+    assert.deepEqual(bufferGet(a, 0, 1024), pattern);
+    assert.equal(a.bytes.byteLength, 1024);
+    wasm.free(big);
+    wasm.free(a);
+    assert.throws(() => bufferGet(a, 0, 1), /freed/);
+    assert.equal(a.bytes.byteLength, 0);
+    assert.throws(
+      () => wasm.alloc(WASM32_MAX_BYTES + 1),
+      (e: Error) =>
+        e instanceof WasmKernelError && e.message.includes(String(WASM32_MAX_BYTES + 1)) &&
+        e.message.includes(String(WASM32_MAX_BYTES)),
+    );
+    assert.throws(() => new WasmBackend(k, { threads: 2 }), /one thread/);
+  },
+});
+
+Deno.test({
+  name: wasmTestName("a model file too big for wasm32 is refused before reading, with both sizes"),
+  ignore,
+  async fn() {
+    const k = await wasmKernels();
+    const path = await Deno.makeTempFile({ suffix: ".gguf" });
+    try {
+      const size = WASM32_MAX_BYTES + (1 << 20);
+      await Deno.truncate(path, size); // sparse: nothing is written
+      await assert.rejects(
+        () => readFileIntoWasm(path, { kernels: k }),
+        (e: Error) =>
+          e instanceof WasmKernelError && e.message.includes(`${size} bytes`) &&
+          e.message.includes(String(WASM32_MAX_BYTES)),
+      );
+    } finally {
+      await Deno.remove(path);
+    }
+  },
+});
