@@ -16,6 +16,7 @@ export const SYMBOLS = {
   le_free: { parameters: ["pointer"], result: "void" },
   le_mmap_file: { parameters: ["buffer", "buffer"], result: "pointer" },
   le_munmap: { parameters: ["pointer", "u64"], result: "void" },
+  le_mmap_drop: { parameters: ["pointer", "u64"], result: "i32" },
   le_ctx_new: { parameters: ["i32"], result: "pointer" },
   le_ctx_free: { parameters: ["pointer"], result: "void" },
   le_ctx_threads: { parameters: ["pointer"], result: "i32" },
@@ -37,13 +38,19 @@ export const SYMBOLS = {
   le_dequantize_row: { parameters: ["i32", "buffer", "buffer", "i64"], result: "i32" },
   le_quantize_row: { parameters: ["i32", "buffer", "buffer", "i64"], result: "i32" },
   le_vec_dot: { parameters: ["i32", "i64", "buffer", "buffer", "buffer"], result: "i32" },
+  le_repack_flag: { parameters: ["i32", "i64", "i64"], result: "i32" },
+  le_repack_size: { parameters: ["i32", "i32", "i64", "i64"], result: "i64" },
+  le_repack: {
+    parameters: ["i32", "i32", "pointer", "pointer", "u64", "i64", "i64"],
+    result: "i32",
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The opened library's callable symbols. */
 export type LlmEdgeSymbols = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 
 /** ABI version this TypeScript expects (`LE_ABI_VERSION`). */
-export const ABI_VERSION = 3;
+export const ABI_VERSION = 4;
 
 /** `LE_MAX_THREADS`: the most threads a native context runs (le_ctx_new refuses more). */
 export const MAX_THREADS = 512;
@@ -79,16 +86,23 @@ export interface TensorShape {
   readonly nb: readonly number[];
 }
 
+/** `LE_FLAG_Q4_0_8X8`: a MUL_MAT src0 holding Q4_0 rows repacked 8 at a time (le_repack). */
+export const FLAG_Q4_0_8X8 = 1;
+/** `LE_FLAG_Q4_K_8X8`: a MUL_MAT src0 holding Q4_K rows repacked 8 at a time. */
+export const FLAG_Q4_K_8X8 = 2;
+
 /**
- * Writes one `le_tensor` record at `off`: type, flags 0, ne, nb and the data
- * address (every byte zero for an absent tensor). Shared by the CPU and CUDA
- * command encoders, whose node records have the same layout.
+ * Writes one `le_tensor` record at `off`: type, flags (0 unless the data is
+ * a repacked layout, see `le_repack`), ne, nb and the data address (every
+ * byte zero for an absent tensor). Shared by the CPU and CUDA command
+ * encoders, whose node records have the same layout.
  */
 export function writeTensorRecord(
   v: DataView,
   off: number,
   t: TensorShape | undefined,
   address: number,
+  flags = 0,
 ): void {
   if (!t) {
     for (let i = 0; i < TENSOR_BYTES; i += 4) v.setUint32(off + i, 0, true);
@@ -96,7 +110,7 @@ export function writeTensorRecord(
   }
   const L = NodeLayout;
   v.setInt32(off + L.T_TYPE, t.type, true);
-  v.setInt32(off + L.T_FLAGS, 0, true);
+  v.setInt32(off + L.T_FLAGS, flags, true);
   for (let i = 0; i < 4; i++) {
     setAddress(v, off + L.T_NE + 8 * i, t.ne[i]);
     setAddress(v, off + L.T_NB + 8 * i, t.nb[i]);

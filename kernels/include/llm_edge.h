@@ -23,7 +23,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define LE_ABI_VERSION 3
+#define LE_ABI_VERSION 4
 
 /* ---- ops -------------------------------------------------------------- */
 /* Semantics are ggml's. Which types and shapes each op accepts is decided in
@@ -78,7 +78,7 @@ enum le_op {
 /* One tensor as the kernels see it: 80 bytes, little-endian. */
 typedef struct le_tensor {
   int32_t type;   /* ggml type id */
-  int32_t flags;  /* reserved, 0 */
+  int32_t flags;  /* 0, or for MUL_MAT's src0 a LE_FLAG_* repacked layout */
   int64_t ne[LE_MAX_DIMS];
   int64_t nb[LE_MAX_DIMS];
   uint64_t data;  /* address of element [0,0,0,0] */
@@ -113,6 +113,11 @@ void le_free(void *p);
  * on failure, see le_last_error) and writes the mapped length to *size. */
 void *le_mmap_file(const char *path, uint64_t *size);
 void le_munmap(void *base, uint64_t size);
+/* Lets the OS drop the whole pages of [addr, addr + len), which must lie in
+ * a live mapping of le_mmap_file: they read back from the file when touched
+ * again (a weight whose repacked copy is used instead keeps no resident
+ * pages). 0, or -1 (nothing done) for a range outside such a mapping. */
+int32_t le_mmap_drop(const void *addr, uint64_t len);
 
 /* ---- compute ----------------------------------------------------------- */
 typedef struct le_ctx le_ctx;
@@ -136,6 +141,24 @@ void le_ctx_cancel(le_ctx *ctx, int32_t on);
  * le_last_error is thread-local, and a nonblocking FFI call runs on another
  * thread than the one that reads the error, so the context keeps a copy. */
 const char *le_ctx_error(const le_ctx *ctx);
+
+/* ---- repacked weights --------------------------------------------------- */
+/* le_tensor.flags of a MUL_MAT src0 whose data is not plain rows but a
+ * layout made by le_repack (ne/nb still describe the plain rows). */
+#define LE_FLAG_Q4_0_8X8 1 /* Q4_0, 8 rows interleaved (llama.cpp's q4_0_8x8) */
+#define LE_FLAG_Q4_K_8X8 2 /* Q4_K, 8 rows interleaved (llama.cpp's q4_K_8x8) */
+/* The layout (LE_FLAG_*) mul_mat wants for a 2-D weight of `type`, ne0 x
+ * ne1, at the SIMD level in effect, or 0 for plain rows: where llama.cpp's
+ * matching CPU variant repacks (ggml_repack_get_optimal_repack_type). */
+int32_t le_repack_flag(int32_t type, int64_t ne0, int64_t ne1);
+/* Bytes layout `flag` takes for an ne0 x ne1 weight of `type` (-1: no such
+ * layout for that type and shape). */
+int64_t le_repack_size(int32_t flag, int32_t type, int64_t ne0, int64_t ne1);
+/* Writes contiguous plain rows `src` (ne0 x ne1 of `type`) into dst
+ * (dst_size bytes, at least le_repack_size; no overlap) in layout `flag`.
+ * 0, or -1 with le_last_error set. */
+int32_t le_repack(int32_t flag, int32_t type, const void *src, void *dst, uint64_t dst_size,
+                  int64_t ne0, int64_t ne1);
 
 /* ---- row helpers (tests, quantize tool, reference checks) --------------- */
 /* Dequantize n elements (a multiple of the type's block size) to f32. */

@@ -151,10 +151,13 @@ void *le_mmap_file(const char *path, uint64_t *size) {
   posix_madvise(p, (size_t)st.st_size, POSIX_MADV_WILLNEED);
 #endif
   if (size) *size = (uint64_t)st.st_size;
+  le_maps_add(p, (uint64_t)st.st_size);
   return p;
 }
 
 void le_munmap(void *base, uint64_t size) {
-  if (base && size) munmap(base, (size_t)size);
+  if (!base || !size) return;
+  le_maps_forget(base, size); /* before the pages go: no drop into a reused range */
+  munmap(base, (size_t)size);
 }
 #endif

@@ -197,6 +197,23 @@ void le_flash_attn(const le_node *node, const le_compute_params *p);
 size_t le_flash_attn_wsize(const le_node *node, int n_threads);
 /* Whether FLASH_ATTN_EXT takes ggml's split-KV path (needs every thread). */
 int le_flash_attn_split(const le_node *node);
+/* mmap_drop.c: the live le_mmap_file mappings (le_mmap_drop acts only inside them) */
+void le_maps_add(const void *base, uint64_t size);
+void le_maps_forget(const void *base, uint64_t size);
+/* repack.c: mul_mat over a repacked src0 (le_tensor.flags, llm_edge.h) */
+int le_repacked_check(const le_node *node); /* 0 or -1 with error set */
+int le_repack_q4_0_8x8(const void *src, void *dst, int64_t ne0, int64_t ne1);
+int le_repack_q4_k_8x8(const void *src, void *dst, int64_t ne0, int64_t ne1);
+int64_t le_repack_q4_k_8x8_size(int64_t ne0, int64_t ne1);
+/* Rows [ir0, ir1) (multiples of 8) of a weight in layout `flag` with K
+ * columns against ne11 rows of its vec_dot type (by bytes apart):
+ * dst[c * bs + r]. */
+void le_repacked_rows(int32_t flag, int64_t K, const void *x, int64_t ir0, int64_t ir1,
+                      int64_t M, const char *y, size_t by, int64_t ne11, float *dst, size_t bs);
+void le_q4_0x8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, int64_t M, const char *y,
+                    size_t by, int64_t ne11, float *dst, size_t bs);
+void le_q4_kx8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, int64_t M, const char *y,
+                    size_t by, int64_t ne11, float *dst, size_t bs);
 /* ssm.c */
 void le_ssm_conv(const le_node *node, const le_compute_params *p);
 void le_ssm_scan(const le_node *node, const le_compute_params *p);

@@ -127,6 +127,7 @@ static void tile_block(const le_gemm_tiles *gt, int64_t K, const char *x, size_t
  * stays guards the trait lookups and function pointers mul_mat calls. */
 int le_mul_mat_check(const le_node *n) {
   const le_type_traits *t = le_traits(n->src[0].type);
+  if (n->src[0].flags && le_repacked_check(n)) return -1;
   if (!t) {
     le_set_error("mul_mat: unsupported src0 type %d", n->src[0].type);
     return -1;
@@ -217,7 +218,8 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
   }
 
-  const le_gemm_tiles *gt = panel || d->nb[1] % 4 ? NULL : tiles_for(n, t);
+  const int32_t repacked = a->flags; /* a LE_FLAG_* layout (le_repacked_check) */
+  const le_gemm_tiles *gt = panel || repacked || d->nb[1] % 4 ? NULL : tiles_for(n, t);
   /* Units of whole base blocks (rows aligned as with one block per unit, so
    * every row meets the same tile wherever the unit boundaries fall), sized
    * as ggml sizes its chunks: a matrix-vector product takes 64 rows at a
@@ -230,7 +232,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   int64_t per = ne11 == 1 && !panel ? MV_BLOCKS : 1;
   if ((nbase + per - 1) / per * planes < 4 * p->nth && planes < p->nth)
     per = (nbase + p->nth - 1) / p->nth;
-  const int64_t blk_rows = per * base;
+  const int64_t blk_rows = per * base; /* a multiple of 16: repacked rows go 8 at a time */
   const int64_t nrb = (M + blk_rows - 1) / blk_rows;
   const int64_t units = nrb * planes;
   /* Each thread starts with unit ith, then takes the next free one: a
@@ -256,6 +258,11 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
                       ir1 - ir0, (const float *)(const void *)ybase,
                       (direct ? (size_t)b->nb[1] : vrow) / 4, ne11, dbase + ir0,
                       (size_t)d->nb[1] / 4);
+      continue;
+    }
+    if (repacked) { /* 2-D: plane 0 only; ir0, ir1 multiples of 8 (M % 8 == 0) */
+      le_repacked_rows(repacked, K, arow, ir0, ir1, M, (const char *)wdata, vrow, ne11,
+                       (float *)(uintptr_t)d->data, (size_t)d->nb[1] / 4);
       continue;
     }
     if (gt) {

@@ -488,6 +488,10 @@ static const int8_t min_src[LE_OP_COUNT] = {
 int le_node_check(const le_node *n) {
   if (n->op < 0 || n->op >= LE_OP_COUNT) return fail("unsupported op", n);
   if (n->n_src < min_src[n->op] || n->n_src > LE_MAX_SRC) return fail("bad source count", n);
+  /* a repacked layout (le_tensor.flags) only as MUL_MAT's src0 */
+  if (n->dst.flags) return fail("flags set on dst", n);
+  for (int i = 0; i < LE_MAX_SRC; i++)
+    if (n->src[i].flags && (i > 0 || n->op != LE_OP_MUL_MAT)) return fail("flags set on a source", n);
   switch (n->op) {
     case LE_OP_GET_ROWS:
       if (!le_traits(n->src[0].type)) return fail("get_rows: src0 type unknown", n);

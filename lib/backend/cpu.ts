@@ -6,11 +6,12 @@
  *
  * @module
  */
-import { MAX_PARAMS, MAX_SRC, opSupported } from "../graph/ops.ts";
+import { MAX_PARAMS, MAX_SRC, Op, opSupported } from "../graph/ops.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
 import { byteExtent, HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 import { ggmlTypeInfo } from "../ggml/types.ts";
 import { validateNode } from "./validate.ts";
+import { WeightRepacker } from "./cpu_repack.ts";
 import { loadLibrary, loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
 import {
   LE_CANCELLED,
@@ -36,6 +37,12 @@ export interface CpuBackendOptions {
    * blocked event loop cost nothing. See {@link CpuBackend.compute}.
    */
   syncBelowMs?: number;
+  /**
+   * Repack weights where llama.cpp's matching CPU variant does (Q4_0 and
+   * Q4_K on AVX2, see lib/backend/cpu_repack.ts; default true). The results
+   * are the same bits either way; false keeps mapped weights as the only copy.
+   */
+  repack?: boolean;
 }
 
 /** Default of {@link CpuBackendOptions.syncBelowMs}. */
@@ -201,6 +208,7 @@ export class CpuBackend implements Backend {
   #syncRun = 0;
   #lastSync = false;
   readonly #addr = new WeakMap<BackendBuffer, number>();
+  readonly #repack: WeightRepacker | null;
 
   /** Opens (and if needed builds) the library, then creates the backend. */
   static async create(options: CpuBackendOptions = {}): Promise<CpuBackend> {
@@ -222,12 +230,20 @@ export class CpuBackend implements Backend {
     const ctx = lib.symbols.le_ctx_new(t);
     if (ctx === null) throw new NativeComputeError(`le_ctx_new: ${lib.lastError()}`);
     this.#s = { lib, ctx, buffers: new Set(), programs: [] };
+    this.#repack = options.repack === false
+      ? null
+      : new WeightRepacker(lib, (size) => ({ address: address(this.alloc(size).ptr) }));
     forgotten.register(this, this.#s, this);
   }
 
   /** Whether the last {@link compute} ran on the caller's thread (see syncBelowMs). */
   get lastComputeSync(): boolean {
     return this.#lastSync;
+  }
+
+  /** Bytes held in repacked copies of weights (see {@link CpuBackendOptions.repack}). */
+  get repackedBytes(): number {
+    return this.#repack?.bytes ?? 0;
   }
 
   /** Whether a compute is in flight. */
@@ -342,6 +358,11 @@ export class CpuBackend implements Backend {
       this.#encodeTensor(v, base + L.DST, n.dst, where);
       for (let s = 0; s < MAX_SRC; s++) {
         this.#encodeTensor(v, base + L.SRC + s * TENSOR_BYTES, n.src[s], where);
+      }
+      if (n.op === Op.MUL_MAT && this.#repack) {
+        const a = n.src[0], at = this.#bufAddress(a.data.buffer, where) + a.data.offset;
+        const r = this.#repack.forMulMat(n, at);
+        if (r) writeTensorRecord(v, base + L.SRC, a, r.address, r.flags);
       }
       for (let p = 0; p < MAX_PARAMS; p++) {
         v.setInt32(base + L.PARAMS + 4 * p, n.params[p] ?? 0, true);

@@ -50,3 +50,55 @@ int32_t om_mul_mat(const char *path, int32_t type, int64_t K, int64_t M, int64_t
   ggml_free(ctx);
   return rc;
 }
+
+typedef ggml_backend_buffer_type_t (*buft_fn)(void);
+
+/* The same 2-D product with `a` in the variant's CPU_REPACK buffer, as
+ * llama.cpp loads a weight that ggml_repack_get_optimal_repack_type takes
+ * (Q4_0 / Q4_K with M % 8 == 0 on AVX2): set_tensor repacks it and the
+ * mul_mat runs the repack kernels (gemv for N % 4 leftovers, gemm for groups
+ * of 4 columns). Returns -4 when the variant has no repack buffer, -3 when
+ * it would not repack this weight. */
+int32_t om_mul_mat_repacked(const char *path, int32_t type, int64_t K, int64_t M, int64_t N,
+                            const void *a, const float *b, float *out, int32_t threads) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return -1;
+  void (*init)(void) = (void (*)(void))dlsym(h, "ggml_cpu_init");
+  const compute_fn compute = (compute_fn)dlsym(h, "ggml_graph_compute_with_ctx");
+  const buft_fn repack = (buft_fn)dlsym(h, "_Z35ggml_backend_cpu_repack_buffer_typev");
+  if (!init || !compute) return -1;
+  if (!repack || !repack()) return -4;
+  init();
+  if ((type != GGML_TYPE_Q4_0 && type != GGML_TYPE_Q4_K) || K % ggml_blck_size((enum ggml_type)type) ||
+      M % 8)
+    return -3;
+  const size_t abytes = ggml_row_size((enum ggml_type)type, K) * (size_t)M;
+  const size_t bbytes = (size_t)(K * N) * sizeof(float), obytes = (size_t)(M * N) * sizeof(float);
+  struct ggml_init_params wp = {ggml_tensor_overhead() + 1024, NULL, true};
+  struct ggml_context *wctx = ggml_init(wp);
+  struct ggml_init_params ip = {bbytes + obytes + ggml_graph_overhead() + 4 * ggml_tensor_overhead() +
+                                    (16 << 20),
+                                NULL, false};
+  struct ggml_context *ctx = ggml_init(ip);
+  if (!wctx || !ctx) return -2;
+  int32_t rc = -2;
+  struct ggml_tensor *ta = ggml_new_tensor_2d(wctx, (enum ggml_type)type, K, M);
+  ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(repack(), ggml_nbytes(ta) + 64);
+  if (buf && ggml_backend_tensor_alloc(buf, ta, ggml_backend_buffer_get_base(buf)) == GGML_STATUS_SUCCESS &&
+      ta->extra) {
+    ggml_backend_tensor_set(ta, a, 0, abytes);
+    struct ggml_tensor *tb = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, N);
+    memcpy(tb->data, b, bbytes);
+    struct ggml_tensor *to = ggml_mul_mat(ctx, ta, tb);
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, to);
+    rc = compute(ctx, gf, threads) == GGML_STATUS_SUCCESS ? 0 : -2;
+    if (rc == 0) memcpy(out, to->data, obytes);
+  } else if (buf) {
+    rc = -3;
+  }
+  if (buf) ggml_backend_buffer_free(buf);
+  ggml_free(ctx);
+  ggml_free(wctx);
+  return rc;
+}

@@ -27,6 +27,10 @@ const SYMBOLS = {
     ],
     result: "i32",
   },
+  om_mul_mat_repacked: {
+    parameters: ["buffer", "i32", "i64", "i64", "i64", "buffer", "buffer", "buffer", "i32"],
+    result: "i32",
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** Shape of one mul_mat: a [k, m, ne2a] (weights) times b [k, n, ne2] (f32). */
@@ -60,6 +64,20 @@ export interface OracleMulMat {
     b: Float32Array,
     threads?: number,
   ): Float32Array | null;
+  /**
+   * The same product of a 2-D `a` (k x m) loaded the way llama.cpp loads a
+   * weight it repacks (the variant's CPU_REPACK buffer: Q4_0 / Q4_K with
+   * m % 8 == 0 where the variant repacks them), so its repack gemv/gemm
+   * kernels compute it; null when the variant cannot be loaded or has no
+   * repack for this weight.
+   */
+  mulMatRepacked(
+    variant: string,
+    shape: { type: number; k: number; m: number; n: number },
+    a: Uint8Array,
+    b: Float32Array,
+    threads?: number,
+  ): Float32Array | null;
 }
 
 let lib: Deno.DynamicLibrary<typeof SYMBOLS> | null = null;
@@ -87,6 +105,24 @@ export async function loadOracleMulMat(): Promise<OracleMulMat> {
       );
       if (rc === -1) return null;
       if (rc !== 0) throw new Error(`oracle mul_mat: ggml refused or failed (${rc})`);
+      return out;
+    },
+    mulMatRepacked(variant, { type, k, m, n }, a, b, threads = 1) {
+      if (b.length !== k * n) throw new RangeError("oracle mul_mat: b is not k * n");
+      const out = new Float32Array(m * n);
+      const rc = s.om_mul_mat_repacked(
+        cstr(join(ORACLE_BIN, `libggml-cpu-${variant}.so`)),
+        type,
+        BigInt(k),
+        BigInt(m),
+        BigInt(n),
+        a as Uint8Array<ArrayBuffer>,
+        b as Float32Array<ArrayBuffer>,
+        out,
+        threads,
+      );
+      if (rc === -1 || rc === -3 || rc === -4) return null;
+      if (rc !== 0) throw new Error(`oracle mul_mat (repacked): ggml failed (${rc})`);
       return out;
     },
   };
