@@ -413,6 +413,9 @@ Deno.test({
           model: id,
           prompt: "The prince",
           max_tokens: 200,
+          // eos banned: a sampled early eos ends the generation (and frees the
+          // slot) inside one synchronous run, before the client reads chunk 3.
+          logit_bias: { "2": -100 },
           stream: true,
         }, { signal: abort.signal });
         // The client ends the iteration quietly on its own abort.
