@@ -47,9 +47,9 @@ export interface CpuBackendOptions {
 
 /** Default of {@link CpuBackendOptions.syncBelowMs}. */
 export const SYNC_BELOW_MS = 3;
-// Synchronous runs in a row at most this long (ms) before the event loop
-// (I/O, timers, abort signals) gets a turn: awaiting resolved promises
-// never yields to it.
+// Synchronous runs in a row at most this long (ms) before one runs on
+// another thread, so the event loop (I/O, timers, abort signals) gets a
+// turn: awaiting resolved promises never yields to it.
 const SYNC_SLICE_MS = 16;
 
 /**
@@ -126,23 +126,6 @@ function extentOf(t: ResolvedTensor): number {
 function inBuffer(t: ResolvedTensor, ext: number): boolean {
   const off = t.data.offset;
   return Number.isSafeInteger(off) && off >= 0 && off + ext <= t.data.buffer.size;
-}
-
-// One turn of the event loop (timers, I/O and abort events run), through a
-// message to ourselves: about a hundred microseconds, where a compute handed
-// to another thread costs several hundred. A channel per turn, closed when
-// its message arrives: Deno re-references a port once it has received a
-// message, and a referenced port would keep the process alive.
-function eventLoopTurn(): Promise<void> {
-  const { port1, port2 } = new MessageChannel();
-  const { promise, resolve } = Promise.withResolvers<void>();
-  port1.onmessage = () => {
-    port1.close();
-    resolve();
-  };
-  port2.postMessage(null);
-  port2.close();
-  return promise;
 }
 
 /** Raised when a disposed CPU backend is used. */
@@ -440,16 +423,14 @@ export class CpuBackend implements Backend {
    * the kernels stop at their next node or row chunk and the promise
    * rejects with the signal's reason. A shorter one runs on this thread
    * (a decode step of a small model: the thread hop would cost a good part
-   * of the step), and every `SYNC_SLICE_MS` of such runs the event loop
-   * takes a turn first (a message to ourselves). Calls on one backend are
-   * queued, as they share the command buffer.
+   * of the step), and every `SYNC_SLICE_MS` of such runs one goes to
+   * another thread so that the event loop gets its turn. Calls on one
+   * backend are queued, as they share the command buffer.
    */
   compute(nodes: readonly ExecNode[], signal?: AbortSignal): Promise<void> {
-    let short = false;
     if (this.#pending === 0 && !this.#closed && nodes.length > 0 && !signal?.aborted) {
       const prog = this.#programFor(nodes);
-      short = prog !== undefined && prog.lastMs <= this.#syncBelowMs;
-      if (short && this.#syncRun < SYNC_SLICE_MS) {
+      if (prog && prog.lastMs <= this.#syncBelowMs && this.#syncRun < SYNC_SLICE_MS) {
         try {
           this.#lastSync = true;
           this.#runSync(nodes);
@@ -459,23 +440,10 @@ export class CpuBackend implements Backend {
         }
       }
     }
-    // A short run after SYNC_SLICE_MS of them: the event loop takes a turn,
-    // then it runs here (handing it to another thread costs far more).
-    const turn = short ? eventLoopTurn() : null;
     const run = async () => {
-      if (turn) {
-        await turn;
-        this.#syncRun = 0;
-      }
       if (this.#closed) throw new BackendDisposedError();
       signal?.throwIfAborted();
       if (nodes.length === 0) return;
-      const seen = turn ? this.#programFor(nodes) : undefined;
-      if (seen && seen.lastMs <= this.#syncBelowMs) {
-        this.#lastSync = true;
-        this.#runSync(nodes);
-        return;
-      }
       this.#lastSync = false;
       const cmd = this.#encode(nodes);
       const prog = this.#s.programs[0];
