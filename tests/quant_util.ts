@@ -41,10 +41,19 @@ export const N_GEN = 64;
  */
 export const LOGIT_TOL = 2e-2;
 
-/** Our greedy continuation with each step's top-2 gap and logits. */
-export async function ourGreedy(path: string, prompt: number[], n: number) {
+/** Our greedy continuation with each step's top-2 gap and logits (2 threads on the default backend unless told). */
+export async function ourGreedy(
+  path: string,
+  prompt: number[],
+  n: number,
+  opts: { backend?: "cpu" | "wasm"; threads?: number } = {},
+) {
   using model = await Model.load(path);
-  using ctx = await Context.create(model, { nCtx: 256, threads: 2 });
+  using ctx = await Context.create(model, {
+    nCtx: 256,
+    threads: opts.threads ?? 2,
+    ...(opts.backend ? { backend: opts.backend } : {}),
+  });
   let logits = (await ctx.decode(prompt)).logits[0];
   const tokens: number[] = [], gaps: number[] = [], all: Float32Array[] = [];
   for (let i = 0; i < n; i++) {

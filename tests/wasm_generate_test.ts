@@ -12,11 +12,11 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { Model } from "../lib/model/model.ts";
-import { Context } from "../lib/runtime/context.ts";
 import { quantizeModel } from "../lib/quant/quantize.ts";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
-import { NEAR_TIE, top2 } from "./oracle/oracle.ts";
+import { NEAR_TIE } from "./oracle/oracle.ts";
+import { ourGreedy } from "./quant_util.ts";
 import { WASM_SKIP, wasmModulePath, wasmTestName } from "./wasm_util.ts";
 import { handlerCompletion } from "./wasm_greedy_child.ts";
 
@@ -61,21 +61,14 @@ function childTokens(path: string): Promise<{ backend: unknown; tokens: number[]
   return child([path, PROMPT, String(N_GEN)]) as Promise<{ backend: unknown; tokens: number[] }>;
 }
 
-/** Greedy decode on `backend`: tokens, the top-2 gap and logits per step. */
+/** Greedy decode on `backend` at one thread: tokens, the top-2 gap and logits per step. */
 async function greedy(path: string, backend: "cpu" | "wasm", n: number) {
-  using model = await Model.load(path);
-  using ctx = await Context.create(model, { nCtx: 256, backend, threads: 1 });
-  const prompt = model.tokenizer.encode(PROMPT, { addSpecial: true });
-  let logits = (await ctx.decode(prompt)).logits[0];
-  const tokens: number[] = [], gaps: number[] = [], all: Float32Array[] = [];
-  for (let i = 0; i < n; i++) {
-    const [best, gap] = top2(logits);
-    tokens.push(best);
-    gaps.push(gap);
-    all.push(logits);
-    if (i + 1 < n) logits = (await ctx.decode([best])).logits[0];
+  let prompt: number[];
+  {
+    using model = await Model.load(path);
+    prompt = [...model.tokenizer.encode(PROMPT, { addSpecial: true })];
   }
-  return { tokens, gaps, logits: all };
+  return ourGreedy(path, prompt, n, { backend, threads: 1 });
 }
 
 for (const type of ["f16", "q8_0", "q4_0", "q4_k"]) {
