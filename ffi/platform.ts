@@ -28,10 +28,12 @@ export function platformTag(
 
 /** Deno.env.get that treats a denied permission as unset (and says so through `denied`). */
 export function readEnv(name: string, denied?: (flag: string) => void): string | undefined {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (!deno) return undefined; // a browser: no environment
   try {
-    return Deno.env.get(name);
+    return deno.env.get(name);
   } catch (e) {
-    if (e instanceof Deno.errors.NotCapable) denied?.(`--allow-env=${name}`);
+    if (e instanceof deno.errors.NotCapable) denied?.(`--allow-env=${name}`);
     return undefined;
   }
 }

@@ -30,7 +30,13 @@ const enc = new TextEncoder();
 /** Progress on stderr, prefixed `llm-edge:`. */
 export function stderrProgress(options: ProgressOptions = {}): Progress {
   const quiet = options.quiet ?? readEnv("LLM_EDGE_QUIET") === "1";
-  const write = options.write ?? ((t: string) => Deno.stderr.writeSync(enc.encode(t)));
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  // Without Deno (a browser) lines go to the console, redraws flattened.
+  const write = options.write ??
+    (deno ? (t: string) => deno.stderr.writeSync(enc.encode(t)) : (t: string) => {
+      const s = t.replace(/\r/g, "").trim();
+      if (s) console.error(s);
+    });
   let tty = options.tty;
   if (tty === undefined) {
     try {

@@ -26,7 +26,7 @@ export {
   type ParseOptions,
   readGGUF,
 } from "./reader.ts";
-export { GGUFModelFile, openGGUF, SPLIT_KEYS, splitPath } from "./model_file.ts";
+export { ggufFromBytes, GGUFModelFile, openGGUF, SPLIT_KEYS, splitPath } from "./model_file.ts";
 export type { MappedFile } from "./mmap.ts";
 export {
   type EncodedHeader,

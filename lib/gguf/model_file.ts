@@ -9,8 +9,8 @@ import type { GGUFHeaderData, GGUFTensorInfo } from "./header.ts";
 import { mapFile, type MappedFile } from "./mmap.ts";
 import { loadLibrary } from "../../ffi/library.ts";
 import { ffiAvailable } from "../../ffi/wasm.ts";
-import { readFileIntoWasm } from "./wasm_file.ts";
-import { readGGUF } from "./reader.ts";
+import { bytesIntoWasm, readFileIntoWasm } from "./wasm_file.ts";
+import { parseGGUF, readGGUF } from "./reader.ts";
 
 /** Keys llama.cpp's gguf-split writes into every split. */
 export const SPLIT_KEYS = {
@@ -137,4 +137,22 @@ export async function openGGUF(path: string): Promise<GGUFModelFile> {
     throw e;
   }
   return new GGUFModelFile(header, paths, maps);
+}
+
+/**
+ * A GGUF model from its bytes (`name` stands for the path in errors): the
+ * header is parsed from them and the bytes copied into the WebAssembly
+ * kernels' memory, so the model runs on the wasm backend. Split models are
+ * refused: join them first (llama-gguf-split --merge).
+ */
+export async function ggufFromBytes(bytes: Uint8Array, name: string): Promise<GGUFModelFile> {
+  const header = parseGGUF(bytes, { path: name, fileSize: bytes.byteLength });
+  if (header.get(SPLIT_KEYS.count) && header.number(SPLIT_KEYS.count) > 1) {
+    throw new GGUFError("a split model cannot be loaded from bytes; merge the splits first", {
+      path: name,
+      offset: 0,
+      field: SPLIT_KEYS.count,
+    });
+  }
+  return new GGUFModelFile(header, [name], [await bytesIntoWasm(bytes, name)]);
 }

@@ -88,3 +88,26 @@ export async function readFileIntoWasm(
   }
   return out;
 }
+
+/**
+ * Copies a whole model file already in memory (`bytes`, named `name` in
+ * errors) into the WebAssembly kernels' memory: the source where there is
+ * no file system (a browser). Dispose the result to free it.
+ */
+export async function bytesIntoWasm(
+  bytes: Uint8Array,
+  name: string,
+  options: Pick<ReadIntoWasmOptions, "kernels"> = {},
+): Promise<MappedFile> {
+  const kernels = options.kernels ?? await loadWasmKernels();
+  const size = bytes.byteLength;
+  if (size + kernels.memoryBytes > WASM32_MAX_BYTES) {
+    throw new WasmKernelError(
+      `${name}: the model is ${size} bytes; the WebAssembly (wasm32) memory holds at most ` +
+        `${WASM32_MAX_BYTES} bytes (4 GiB), ${kernels.memoryBytes} of them in use`,
+    );
+  }
+  const out = new WasmFile(kernels, name, kernels.alloc(size, `copying ${name}`), size);
+  out.bytes.set(bytes);
+  return out;
+}

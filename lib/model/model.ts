@@ -4,11 +4,11 @@
  *
  * @module
  */
-import { type GGUFModelFile, openGGUF } from "../gguf/mod.ts";
+import { ggufFromBytes, type GGUFModelFile, openGGUF } from "../gguf/mod.ts";
 import { Tokenizer } from "../tokenizer/mod.ts";
-import type { HParams } from "./hparams.ts";
+import { type HParams, ModelError } from "./hparams.ts";
 import { checkedHParams, validateModel } from "./validate.ts";
-import { validateLoadOptions } from "./options.ts";
+import { validateBytesOptions, validateLoadOptions } from "./options.ts";
 import { WeightMap, type WeightRef } from "./weights.ts";
 import type { Architecture } from "./arch/types.ts";
 
@@ -144,7 +144,39 @@ export class Model implements Disposable, AsyncDisposable {
     validateLoadOptions(path, options);
     const say = options.onProgress ?? (() => {});
     say(`reading ${path}`);
-    const file = await openGGUF(path);
+    return Model.#fromFile(await openGGUF(path), options);
+  }
+
+  /**
+   * A model from a whole GGUF file's bytes, for where there is no file
+   * system (a browser, an edge function): an `ArrayBuffer`, a `Uint8Array`
+   * or a fetch `Response` (read to its end). The bytes are copied into the
+   * WebAssembly kernels' memory, so contexts must use the wasm backend (the
+   * default where FFI is unavailable; pass `backend: "wasm"` otherwise).
+   * `options.name` stands for the path in messages (default "(bytes)").
+   *
+   * ```ts ignore
+   * using model = await Model.fromBytes(await fetch("tolstoy-6m-f16.gguf"));
+   * ```
+   */
+  static async fromBytes(
+    source: ArrayBuffer | Uint8Array | Response,
+    options: LoadOptions & { name?: string } = {},
+  ): Promise<Model> {
+    validateBytesOptions(source, options);
+    const name = options.name ??
+      (source instanceof Response && source.url ? source.url : "(bytes)");
+    let bytes: Uint8Array;
+    if (source instanceof Response) {
+      if (!source.ok) throw new ModelError(`${name}: HTTP ${source.status} ${source.statusText}`);
+      bytes = new Uint8Array(await source.arrayBuffer());
+    } else bytes = source instanceof Uint8Array ? source : new Uint8Array(source);
+    options.onProgress?.(`reading ${name}`);
+    return Model.#fromFile(await ggufFromBytes(bytes, name), options);
+  }
+
+  static #fromFile(file: GGUFModelFile, options: LoadOptions): Model {
+    const say = options.onProgress ?? (() => {});
     try {
       const { arch, hp } = checkedHParams(file.header);
       say(`mapping ${file.header.tensors.length} tensors`);

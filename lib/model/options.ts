@@ -19,3 +19,18 @@ export function validateLoadOptions(path: unknown, o: unknown): void {
   c.fn("onProgress", opts?.onProgress);
   c.oneOf("validate", opts?.validate, LOAD_VALIDATE);
 }
+
+/** Throws an OptionError for invalid {@link Model.fromBytes} arguments. */
+export function validateBytesOptions(source: unknown, o: unknown): void {
+  const c = new OptionChecker("Model.fromBytes");
+  const ok = source instanceof ArrayBuffer || source instanceof Uint8Array ||
+    (typeof Response === "function" && source instanceof Response);
+  if (!ok) c.fail("source", source, "an ArrayBuffer, a Uint8Array or a Response");
+  c.object(o, ["onProgress", "validate", "name"]);
+  const opts = o as { onProgress?: unknown; validate?: unknown; name?: unknown } | undefined;
+  c.fn("onProgress", opts?.onProgress);
+  c.oneOf("validate", opts?.validate, LOAD_VALIDATE);
+  if (opts?.name !== undefined && (typeof opts.name !== "string" || opts.name === "")) {
+    c.fail("name", opts.name, "a non-empty string");
+  }
+}

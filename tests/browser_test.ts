@@ -1,0 +1,178 @@
+// mod.ts in headless Chromium: a page imports a browser bundle of mod.ts
+// (`deno bundle --platform browser`, made into a temporary directory),
+// loads tolstoy-6m with Model.fromBytes(fetch(...)) and generates 16 greedy
+// tokens on the wasm backend; they must equal the CPU backend's in this
+// process (up to the CPU's first near tie, as tests/wasm_generate_test.ts).
+// Installs nothing: skipped, naming what is missing, without
+// /usr/bin/chromium (.ci/run apt-installs it), playwright-core or the wasm
+// toolchain.
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { Model } from "../lib/model/model.ts";
+import { NEAR_TIE } from "./oracle/oracle.ts";
+import { ourGreedy } from "./quant_util.ts";
+import { WASM_SKIP, wasmModulePath } from "./wasm_util.ts";
+
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
+const MODEL = `${ROOT}models/tolstoy-6m-f16.gguf`;
+const CHROMIUM = "/usr/bin/chromium";
+const PROMPT = "Natasha looked at her mother and";
+const N_GEN = 16;
+/** Bounds: the bundle, the page's whole load + generation, the browser launch. */
+const BUNDLE_MS = 120_000, PAGE_MS = 120_000, LAUNCH_MS = 60_000;
+
+type Playwright = typeof import("playwright-core");
+let playwright: Playwright | undefined;
+let skip = WASM_SKIP;
+try {
+  Deno.statSync(CHROMIUM);
+} catch {
+  skip ??= `${CHROMIUM} missing (apt-get install -y chromium)`;
+}
+if (!skip) {
+  try {
+    playwright = await import("playwright-core");
+  } catch (e) {
+    skip = `npm:playwright-core unavailable (${(e as Error).message.split("\n")[0]})`;
+  }
+}
+
+// The bundle imports a few node: built-ins (none used on the generate path in a
+// browser: REPO_ROOT is an http URL there, the FFI checksum and the server are
+// never reached); the page's import map gives them stand-ins.
+const SHIMS: Record<string, string> = {
+  "node:url":
+    `export function fileURLToPath(u) { throw new Error("fileURLToPath(" + u + ") in a browser"); }`,
+  "node:crypto": `export function createHash() { throw new Error("node:crypto in a browser"); }`,
+  "node:path":
+    `export function basename(p) { return String(p).replace(/\\/+$/, "").split("/").pop(); }
+export function resolve(...p) { return p.join("/"); }`,
+  "node:util": `export function parseArgs() { throw new Error("parseArgs in a browser"); }`,
+  // setImmediate: a message turn (not a clamped timer), as Node/Deno's.
+  "node:timers": `const q = new Map(); let n = 0; const ch = new MessageChannel();
+ch.port1.onmessage = (e) => { const f = q.get(e.data); q.delete(e.data); f?.(); };
+export function setImmediate(f, ...a) { const id = ++n; q.set(id, () => f(...a)); ch.port2.postMessage(id); return id; }
+export function clearImmediate(id) { q.delete(id); }`,
+};
+
+const PAGE = `<!doctype html><meta charset="utf-8"><title>llm-edge</title>
+<script type="importmap">${
+  JSON.stringify({
+    imports: Object.fromEntries(Object.keys(SHIMS).map((k) => [k, `/shim/${k.slice(5)}.js`])),
+  })
+}</script>
+<script type="module">
+import { Context, generateText, Model } from "/pkg/mod.js";
+try {
+  const model = await Model.fromBytes(await fetch("/model.gguf"));
+  const ctx = await Context.create(model, { nCtx: 256 });
+  const r = await generateText(ctx, ${JSON.stringify(PROMPT)}, {
+    maxTokens: ${N_GEN}, temperature: 0, ignoreEos: true,
+  });
+  window.result = { backend: ctx.backendChoice, tokens: r.tokens, text: r.text };
+  ctx[Symbol.dispose](); model[Symbol.dispose]();
+} catch (e) {
+  window.result = { error: String(e && e.stack || e) };
+}
+</script>`;
+
+async function bundle(dir: string): Promise<void> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["bundle", "--platform", "browser", "--format", "esm", "-o", `${dir}/mod.js`, "mod.ts"],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" },
+    signal: AbortSignal.timeout(BUNDLE_MS),
+  }).output();
+  assert.ok(out.success, `deno bundle failed: ${new TextDecoder().decode(out.stderr)}`);
+}
+
+// The page, the bundle, the module and the model. The bundle's REPO_ROOT is
+// "../" of its own URL, so the wasm is looked for at /dist/llm_edge.wasm.
+function serve(dir: string, wasm: string): Deno.HttpServer<Deno.NetAddr> {
+  const files: Record<string, [string, string]> = {
+    "/pkg/mod.js": [`${dir}/mod.js`, "text/javascript"],
+    "/dist/llm_edge.wasm": [wasm, "application/wasm"],
+    "/model.gguf": [MODEL, "application/octet-stream"],
+  };
+  return Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const path = new URL(req.url).pathname;
+    if (path === "/") return new Response(PAGE, { headers: { "content-type": "text/html" } });
+    if (path.startsWith("/shim/") && SHIMS[`node:${path.slice(6, -3)}`]) {
+      return new Response(SHIMS[`node:${path.slice(6, -3)}`], {
+        headers: { "content-type": "text/javascript" },
+      });
+    }
+    const f = files[path];
+    if (!f) return new Response("not found", { status: 404 });
+    return new Response(await Deno.readFile(f[0]), { headers: { "content-type": f[1] } });
+  });
+}
+
+Deno.test({
+  name: `headless Chromium generates the cpu backend's greedy tokens (tolstoy-6m f16)${
+    skip ? ` (skipped: ${skip})` : ""
+  }`,
+  ignore: skip !== undefined,
+  sanitizeResources: false, // playwright's pipes to the browser outlive close() by a turn
+  sanitizeOps: false,
+  async fn() {
+    const wasm = await wasmModulePath();
+    const dir = await Deno.makeTempDir({ prefix: "llm-edge-browser-" });
+    const server = serve(dir, wasm);
+    try {
+      await bundle(dir);
+      let prompt: number[];
+      {
+        using model = await Model.load(MODEL);
+        prompt = [...model.tokenizer.encode(PROMPT, { addSpecial: true })];
+      }
+      const cpu = await ourGreedy(MODEL, prompt, N_GEN, { backend: "cpu", threads: 1 });
+      // A fresh profile (playwright passes it as --user-data-dir).
+      const browser = await playwright!.chromium.launchPersistentContext(`${dir}/profile`, {
+        executablePath: CHROMIUM,
+        headless: true,
+        timeout: LAUNCH_MS,
+        args: [
+          "--headless",
+          "--no-sandbox",
+          "--disable-gpu",
+          "--disable-quic",
+          "--no-first-run",
+          "--disable-background-networking",
+          "--disable-component-update",
+          "--disable-sync",
+        ],
+      });
+      let page: { backend?: unknown; tokens?: number[]; text?: string; error?: string };
+      try {
+        const tab = await browser.newPage();
+        const log: string[] = [];
+        tab.on("console", (m) => log.push(`${m.type()}: ${m.text()}`));
+        tab.on("pageerror", (e) => log.push(`pageerror: ${e.message}`));
+        await tab.goto(`http://127.0.0.1:${server.addr.port}/`, { timeout: PAGE_MS });
+        await tab.waitForFunction(() => (globalThis as { result?: unknown }).result, null, {
+          timeout: PAGE_MS,
+        }).catch((e) => {
+          throw new Error(`${(e as Error).message}\npage log:\n${log.join("\n")}`);
+        });
+        page = await tab.evaluate(() => (globalThis as { result?: never }).result!);
+      } finally {
+        await browser.close();
+      }
+      assert.equal(page.error, undefined, `the page failed: ${page.error}`);
+      assert.equal(page.backend, "wasm");
+      let k = cpu.gaps.findIndex((g) => g < NEAR_TIE);
+      if (k < 0) k = N_GEN;
+      assert.ok(k >= 8, `the cpu backend has a near tie at step ${k}: too few steps compared`);
+      assert.deepEqual(page.tokens!.slice(0, k), cpu.tokens.slice(0, k), `first ${k} tokens`);
+      console.log(
+        `browser: ${k} of ${N_GEN} greedy tokens equal the cpu's: ${JSON.stringify(page.text)}`,
+      );
+    } finally {
+      await server.shutdown();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
