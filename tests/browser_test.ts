@@ -3,12 +3,18 @@
 // loads tolstoy-6m with Model.fromBytes(fetch(...)) and generates 16 greedy
 // tokens on the wasm backend; they must equal the CPU backend's in this
 // process (up to the CPU's first near tie, as tests/wasm_generate_test.ts).
+// (A second test, run wherever the wasm toolchain is: Model.fromBytes's errors
+// and its model's own choice of the wasm backend even where FFI is granted.)
 // Installs nothing: skipped, naming what is missing, without
 // /usr/bin/chromium (.ci/run apt-installs it), playwright-core or the wasm
 // toolchain.
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { Model } from "../lib/model/model.ts";
+import { ModelError } from "../lib/model/hparams.ts";
+import { OptionError } from "../lib/options.ts";
+import { GGUFError } from "../lib/gguf/error.ts";
+import { Context } from "../lib/runtime/context.ts";
 import { NEAR_TIE } from "./oracle/oracle.ts";
 import { ourGreedy } from "./quant_util.ts";
 import { WASM_SKIP, wasmModulePath } from "./wasm_util.ts";
@@ -115,8 +121,7 @@ Deno.test({
     skip ? ` (skipped: ${skip})` : ""
   }`,
   ignore: skip !== undefined,
-  sanitizeResources: false, // playwright's pipes to the browser outlive close() by a turn
-  sanitizeOps: false,
+  sanitizeResources: false, // the native library (cpu backend) stays loaded for the process
   async fn() {
     const wasm = await wasmModulePath();
     const dir = await Deno.makeTempDir({ prefix: "llm-edge-browser-" });
@@ -174,5 +179,32 @@ Deno.test({
       await server.shutdown();
       await Deno.remove(dir, { recursive: true });
     }
+  },
+});
+
+Deno.test({
+  name: `Model.fromBytes: one-line errors; its model picks the wasm backend itself${
+    WASM_SKIP ? ` (skipped: ${WASM_SKIP})` : ""
+  }`,
+  ignore: WASM_SKIP !== undefined,
+  async fn() {
+    await wasmModulePath();
+    for (const bad of [42, "model.gguf", null]) {
+      await assert.rejects(() => Model.fromBytes(bad as never), OptionError);
+    }
+    await assert.rejects(
+      () => Model.fromBytes(new Uint8Array(16), { name: "junk" }),
+      (e: Error) => e instanceof GGUFError && /^junk: .*magic/.test(e.message),
+    );
+    await assert.rejects(
+      () => Model.fromBytes(new Response("no", { status: 404 }), { name: "gone" }),
+      (e: Error) => e instanceof ModelError && e.message === "gone: HTTP 404",
+    );
+    // This process has FFI, so a model from a path gets "cpu"; one from bytes
+    // lies in WebAssembly memory, which the CPU kernels cannot reach.
+    using model = await Model.fromBytes(await Deno.readFile(MODEL));
+    assert.equal(model.file.native, false);
+    using ctx = await Context.create(model, { nCtx: 64 });
+    assert.equal(ctx.backendChoice, "wasm");
   },
 });

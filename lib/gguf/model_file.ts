@@ -68,6 +68,14 @@ export class GGUFModelFile implements Disposable {
     return { buffer: this.#maps[t.split], offset: t.fileOffset };
   }
 
+  /**
+   * Whether every file is mapped at a native address (false when read into
+   * WebAssembly memory: the kernels of the CPU backend cannot reach it).
+   */
+  get native(): boolean {
+    return this.#maps.every((m) => m.ptr !== null);
+  }
+
   /** Unmaps the files; views from tensorBytes must not be used afterwards. */
   [Symbol.dispose](): void {
     for (const m of this.#maps) m[Symbol.dispose]();

@@ -151,8 +151,8 @@ export class Model implements Disposable, AsyncDisposable {
    * A model from a whole GGUF file's bytes, for where there is no file
    * system (a browser, an edge function): an `ArrayBuffer`, a `Uint8Array`
    * or a fetch `Response` (read to its end). The bytes are copied into the
-   * WebAssembly kernels' memory, so contexts must use the wasm backend (the
-   * default where FFI is unavailable; pass `backend: "wasm"` otherwise).
+   * WebAssembly kernels' memory, so contexts use the wasm backend (their
+   * default for such a model).
    * `options.name` stands for the path in messages (default "(bytes)").
    *
    * ```ts ignore
@@ -168,7 +168,9 @@ export class Model implements Disposable, AsyncDisposable {
       (source instanceof Response && source.url ? source.url : "(bytes)");
     let bytes: Uint8Array;
     if (source instanceof Response) {
-      if (!source.ok) throw new ModelError(`${name}: HTTP ${source.status} ${source.statusText}`);
+      if (!source.ok) {
+        throw new ModelError(`${name}: HTTP ${source.status} ${source.statusText}`.trimEnd());
+      }
       bytes = new Uint8Array(await source.arrayBuffer());
     } else bytes = source instanceof Uint8Array ? source : new Uint8Array(source);
     options.onProgress?.(`reading ${name}`);

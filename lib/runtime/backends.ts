@@ -41,17 +41,18 @@ export type BackendChoice =
  * The choice `options` make (a copy, so later changes to the caller's arrays
  * do not reach the context): `backends` and `layerSplit` when given, else
  * `backend`, by default "cpu", or "wasm" where FFI is unavailable (no
- * `--allow-ffi`, no `Deno.dlopen`). Run after the options were validated.
+ * `--allow-ffi`, no `Deno.dlopen`) or the weights are not `native` (a model
+ * from bytes, in WebAssembly memory). Run after the options were validated.
  */
 export function backendChoice(options: {
   readonly backend?: "cpu" | "ref" | "wasm" | { readonly cpuLayers: number };
   readonly backends?: readonly string[];
   readonly layerSplit?: readonly number[];
   readonly nGpuLayers?: number;
-}): BackendChoice {
+}, native = true): BackendChoice {
   const { backend, backends, layerSplit, nGpuLayers } = options;
   if (nGpuLayers) return { gpuLayers: nGpuLayers };
-  if (!backends) return backend ?? (ffiAvailable() ? "cpu" : "wasm");
+  if (!backends) return backend ?? (ffiAvailable() && native ? "cpu" : "wasm");
   return layerSplit ? { backends: [...backends], layerSplit: [...layerSplit] } : {
     backends: [...backends],
   };

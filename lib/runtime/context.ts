@@ -232,7 +232,7 @@ export class Context implements Disposable, AsyncDisposable {
     if (nUbatch > nBatch) {
       throw new ContextError(`nUbatch ${nUbatch} exceeds nBatch ${nBatch}`);
     }
-    const choice = backendChoice(options);
+    const choice = backendChoice(options, model.file.native);
     const o: Shape = {
       nCtx,
       nBatch,
