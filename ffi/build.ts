@@ -6,12 +6,11 @@
  *
  * @module
  */
-import { fileURLToPath } from "node:url";
-import { libFileName } from "./platform.ts";
+import { fromFileUrl, libFileName } from "./platform.ts";
 
 /** The package root: a path for a local checkout, else the https URL it was loaded from. */
 export const REPO_ROOT: string = new URL("../", import.meta.url).protocol === "file:"
-  ? fileURLToPath(new URL("../", import.meta.url)).replace(/\/$/, "")
+  ? fromFileUrl(new URL("../", import.meta.url)).replace(/\/$/, "")
   : new URL("../", import.meta.url).href;
 
 /** Options of {@linkcode buildNative}. */

@@ -4,11 +4,10 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
 
 /** Hex SHA-256 of bytes (synchronous: the sync loader verifies the cache too). */
 export function sha256Hex(bytes: Uint8Array): string {
-  return createHash("sha256").update(bytes).digest("hex");
+  return nodeCrypto().createHash("sha256").update(bytes).digest("hex");
 }
 
 /** Where a cached library came from. */
@@ -62,4 +61,16 @@ export async function writeCachedLibrary(
   await Deno.writeTextFile(`${tmp}.json`, JSON.stringify(record) + "\n");
   await Deno.rename(`${tmp}.json`, `${path}.json`);
   return path;
+}
+
+/**
+ * node:crypto through `process.getBuiltinModule` (Deno, Node), not a static
+ * import: a browser bundle of mod.ts cannot import node: modules, and never
+ * checks a native library's checksum.
+ */
+function nodeCrypto(): typeof import("node:crypto") {
+  const p = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
+  const m = p?.getBuiltinModule?.("node:crypto") as typeof import("node:crypto") | undefined;
+  if (!m) throw new Error("sha256: node:crypto is not available in this runtime");
+  return m;
 }

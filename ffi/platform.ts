@@ -53,3 +53,21 @@ export function userCacheDir(
   const base = xdg ? xdg : home ? `${home}/.cache` : null;
   return base ? `${base}/llm-edge/${version}/${platform}` : null;
 }
+
+/**
+ * The path of a `file:` URL (node:url's fileURLToPath without node:url,
+ * which a browser bundle cannot import): percent-decoded, and on Windows a
+ * drive path with backslashes.
+ *
+ * @example
+ * ```ts
+ * fromFileUrl("file:///tmp/a%20b.gguf"); // "/tmp/a b.gguf"
+ * ```
+ */
+export function fromFileUrl(url: URL | string): string {
+  const u = url instanceof URL ? url : new URL(url);
+  if (u.protocol !== "file:") throw new TypeError(`${u.href} is not a file: URL`);
+  const path = decodeURIComponent(u.pathname);
+  const win = (globalThis as { Deno?: { build: { os: string } } }).Deno?.build.os === "windows";
+  return win ? path.replace(/^\/([A-Za-z]:)/, "$1").replaceAll("/", "\\") : path;
+}

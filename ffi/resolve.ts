@@ -21,10 +21,9 @@
  *
  * @module
  */
-import { fileURLToPath } from "node:url";
 import { ABI_VERSION } from "./symbols.ts";
 import { buildNative, compilerAvailable } from "./build.ts";
-import { libFileName, platformTag, readEnv, userCacheDir } from "./platform.ts";
+import { fromFileUrl, libFileName, platformTag, readEnv, userCacheDir } from "./platform.ts";
 import { type CacheOrigin, readCacheRecord, sha256Hex, writeCachedLibrary } from "./integrity.ts";
 import { type DistManifest, parseManifest } from "./manifest.ts";
 import { type Progress, stderrProgress } from "./progress.ts";
@@ -120,7 +119,7 @@ export function permissionFlag(e: Error, fallback: string): string {
 
 /** Reads a file of the package: from disk, or fetched when the package is remote. */
 async function readPackageFile(url: URL, progress: Progress, label?: string): Promise<Uint8Array> {
-  if (url.protocol === "file:") return await Deno.readFile(fileURLToPath(url));
+  if (url.protocol === "file:") return await Deno.readFile(fromFileUrl(url));
   const res = await fetch(url);
   if (!res.ok || !res.body) {
     await res.body?.cancel();
@@ -156,9 +155,7 @@ class Search {
     this.platform = options.platform ?? platformTag();
     this.name = libFileName(this.platform.split("-")[0]);
     this.root = options.packageRoot ?? PACKAGE_ROOT;
-    this.local = this.root.protocol === "file:"
-      ? fileURLToPath(this.root).replace(/\/$/, "")
-      : null;
+    this.local = this.root.protocol === "file:" ? fromFileUrl(this.root).replace(/\/$/, "") : null;
     this.progress = options.progress ?? stderrProgress();
     let checkout = options.checkout;
     if (checkout === undefined) {

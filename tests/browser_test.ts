@@ -43,30 +43,7 @@ if (!skip) {
   }
 }
 
-// The bundle imports a few node: built-ins (none used on the generate path in a
-// browser: REPO_ROOT is an http URL there, the FFI checksum and the server are
-// never reached); the page's import map gives them stand-ins.
-const SHIMS: Record<string, string> = {
-  "node:url":
-    `export function fileURLToPath(u) { throw new Error("fileURLToPath(" + u + ") in a browser"); }`,
-  "node:crypto": `export function createHash() { throw new Error("node:crypto in a browser"); }`,
-  "node:path":
-    `export function basename(p) { return String(p).replace(/\\/+$/, "").split("/").pop(); }
-export function resolve(...p) { return p.join("/"); }`,
-  "node:util": `export function parseArgs() { throw new Error("parseArgs in a browser"); }`,
-  // setImmediate: a message turn (not a clamped timer), as Node/Deno's.
-  "node:timers": `const q = new Map(); let n = 0; const ch = new MessageChannel();
-ch.port1.onmessage = (e) => { const f = q.get(e.data); q.delete(e.data); f?.(); };
-export function setImmediate(f, ...a) { const id = ++n; q.set(id, () => f(...a)); ch.port2.postMessage(id); return id; }
-export function clearImmediate(id) { q.delete(id); }`,
-};
-
 const PAGE = `<!doctype html><meta charset="utf-8"><title>llm-edge</title>
-<script type="importmap">${
-  JSON.stringify({
-    imports: Object.fromEntries(Object.keys(SHIMS).map((k) => [k, `/shim/${k.slice(5)}.js`])),
-  })
-}</script>
 <script type="module">
 import { Context, generateText, Model } from "/pkg/mod.js";
 try {
@@ -92,6 +69,12 @@ async function bundle(dir: string): Promise<void> {
     signal: AbortSignal.timeout(BUNDLE_MS),
   }).output();
   assert.ok(out.success, `deno bundle failed: ${new TextDecoder().decode(out.stderr)}`);
+  // A browser cannot load node: built-ins: the library must not import any.
+  const code = await Deno.readTextFile(`${dir}/mod.js`);
+  const node = [...code.matchAll(/(?:from|import)\s*\(?\s*["'](node:[^"']+)["']/g)].map((m) =>
+    m[1]
+  );
+  assert.deepEqual(node, [], `the bundle imports ${node.join(", ")}`);
 }
 
 // The page, the bundle, the module and the model. The bundle's REPO_ROOT is
@@ -105,11 +88,6 @@ function serve(dir: string, wasm: string): Deno.HttpServer<Deno.NetAddr> {
   return Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
     const path = new URL(req.url).pathname;
     if (path === "/") return new Response(PAGE, { headers: { "content-type": "text/html" } });
-    if (path.startsWith("/shim/") && SHIMS[`node:${path.slice(6, -3)}`]) {
-      return new Response(SHIMS[`node:${path.slice(6, -3)}`], {
-        headers: { "content-type": "text/javascript" },
-      });
-    }
     const f = files[path];
     if (!f) return new Response("not found", { status: 404 });
     return new Response(await Deno.readFile(f[0]), { headers: { "content-type": f[1] } });

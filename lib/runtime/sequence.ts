@@ -11,7 +11,6 @@ import { checkTokenIds, OptionChecker } from "../options.ts";
 import type { Context, DecodeResult } from "./context.ts";
 import type { ContextLease } from "./lease.ts";
 import { ContextDisposedError, ContextError } from "./errors.ts";
-import { clearImmediate, setImmediate } from "node:timers";
 
 /** Options of {@link Sequence.evaluate}. */
 export interface EvaluateOptions {
@@ -377,13 +376,13 @@ export class SequenceQueue {
     if (this.#expect.size === 0) return;
     const until = performance.now() + GATHER_MS;
     await new Promise<void>((resolve) => {
-      let t = setImmediate(tick);
+      let cancel = nextTurn(tick);
       function tick() {
         if (performance.now() >= until) done();
-        else t = setImmediate(tick);
+        else cancel = nextTurn(tick);
       }
       function done() {
-        clearImmediate(t);
+        cancel();
         resolve();
       }
       this.#gate = done;
@@ -526,4 +525,32 @@ export function noContextShift(ctx: Context, what: string): ContextError {
     `${what}: ${ctx.model.hparams.arch} keeps a recurrent state, which cannot forget ` +
       `tokens: context shift is not possible (clear the sequence and evaluate again)`,
   );
+}
+
+type Immediate = (f: () => void) => unknown;
+const immediate = (globalThis as { setImmediate?: Immediate }).setImmediate;
+const clearImmediateFn = (globalThis as { clearImmediate?: (t: unknown) => void }).clearImmediate;
+
+/**
+ * Runs `f` on the event loop's next turn and returns its cancel: Deno's and
+ * Node's setImmediate, or in a browser (no setImmediate, and no node:timers
+ * to import) a MessageChannel message; never a timer, which is clamped to a
+ * millisecond or more.
+ */
+function nextTurn(f: () => void): () => void {
+  if (immediate && clearImmediateFn) {
+    const t = immediate(f);
+    return () => clearImmediateFn(t);
+  }
+  const ch = new MessageChannel();
+  let live = true;
+  ch.port1.onmessage = () => {
+    ch.port1.close();
+    if (live) f();
+  };
+  ch.port2.postMessage(null);
+  return () => {
+    live = false;
+    ch.port1.close();
+  };
 }

@@ -43,7 +43,6 @@
  *
  * @module
  */
-import { basename } from "node:path";
 import { Context } from "../runtime/context.ts";
 import { Model } from "../model/model.ts";
 import { MAX_SEQ } from "../kv/cells.ts";
@@ -284,4 +283,9 @@ export function createHandler(options: HandlerOptions): Handler {
       state = null;
     },
   });
+}
+
+/** The last component of a path (either separator): node:path's basename without node:path, which a browser cannot import. */
+function basename(path: string): string {
+  return path.replace(/[\\/]+$/, "").replace(/^.*[\\/]/, "");
 }
