@@ -45,7 +45,6 @@ import {
   type ContextDecodeOptions,
   type ContextOptions,
   type DecodeResult,
-  type KvType,
   validateContextOptions,
   validateDecode,
 } from "./options.ts";
@@ -59,30 +58,7 @@ export type {
 } from "./options.ts";
 import { OptionChecker } from "../options.ts";
 import type { MemoryOps } from "./lease.ts";
-
-interface Shape {
-  nCtx: number;
-  nBatch: number;
-  nUbatch: number;
-  nSeqMax: number;
-  /** Cells per KV stream: nCtx (unified) or nCtx / nSeqMax. */
-  nCtxSeq: number;
-  embeddings: boolean;
-  threads?: number;
-  kvType: KvType;
-  flashAttn: boolean;
-}
-
-interface Parts {
-  o: Shape;
-  choice: BackendChoice;
-  backends: Backend[];
-  kv: KvCache | null;
-  rs: RecurrentMemory | null;
-  sched: Scheduler;
-  taps: ReadonlySet<string> | undefined;
-  use: ModelUse;
-}
+import type { Parts, Shape } from "./context_parts.ts";
 
 /** What a forgotten context's finalizer frees: nothing here refers to the context. */
 interface Leftovers {
