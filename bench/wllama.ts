@@ -17,11 +17,10 @@
  */
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
+import { launchChromium } from "../tests/browser_util.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const WLLAMA = "@wllama/wllama@3.8.1";
-const CHROMIUM = "/usr/bin/chromium";
 const TEXT = "Natasha looked at her mother and the old count said that the prince ";
 
 const { values: a } = parseArgs({
@@ -127,20 +126,7 @@ try {
       return new Response("not found", { status: 404 });
     }
   });
-  const browser = await chromium.launchPersistentContext(`${dir}/profile`, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-  });
+  const browser = await launchChromium(`${dir}/profile`, 60_000);
   try {
     const tab = await browser.newPage();
     const log: string[] = [];

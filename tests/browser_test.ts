@@ -18,17 +18,15 @@ import { Context } from "../lib/runtime/context.ts";
 import { NEAR_TIE } from "./oracle/oracle.ts";
 import { ourGreedy } from "./quant_util.ts";
 import { WASM_SKIP, wasmModulePath } from "./wasm_util.ts";
+import { CHROMIUM, launchChromium } from "./browser_util.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const MODEL = `${ROOT}models/tolstoy-6m-f16.gguf`;
-const CHROMIUM = "/usr/bin/chromium";
 const PROMPT = "Natasha looked at her mother and";
 const N_GEN = 16;
 /** Bounds: the bundle, the page's whole load + generation, the browser launch. */
 const BUNDLE_MS = 120_000, PAGE_MS = 120_000, LAUNCH_MS = 60_000;
 
-type Playwright = typeof import("playwright-core");
-let playwright: Playwright | undefined;
 let skip = WASM_SKIP;
 try {
   Deno.statSync(CHROMIUM);
@@ -37,7 +35,7 @@ try {
 }
 if (!skip) {
   try {
-    playwright = await import("playwright-core");
+    await import("playwright-core");
   } catch (e) {
     skip = `npm:playwright-core unavailable (${(e as Error).message.split("\n")[0]})`;
   }
@@ -112,22 +110,7 @@ Deno.test({
         prompt = [...model.tokenizer.encode(PROMPT, { addSpecial: true })];
       }
       const cpu = await ourGreedy(MODEL, prompt, N_GEN, { backend: "cpu", threads: 1 });
-      // A fresh profile (playwright passes it as --user-data-dir).
-      const browser = await playwright!.chromium.launchPersistentContext(`${dir}/profile`, {
-        executablePath: CHROMIUM,
-        headless: true,
-        timeout: LAUNCH_MS,
-        args: [
-          "--headless",
-          "--no-sandbox",
-          "--disable-gpu",
-          "--disable-quic",
-          "--no-first-run",
-          "--disable-background-networking",
-          "--disable-component-update",
-          "--disable-sync",
-        ],
-      });
+      const browser = await launchChromium(`${dir}/profile`, LAUNCH_MS);
       let page: { backend?: unknown; tokens?: number[]; text?: string; error?: string };
       try {
         const tab = await browser.newPage();
