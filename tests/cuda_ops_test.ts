@@ -343,6 +343,24 @@ function cases(): Case[] {
     src: [rand(F16, [64, 37, 2, 3]), rand(F32, [64, 5, 4, 3])],
     nmse: 1e-5,
   });
+  // set_rows (the KV stores): 5 rows scattered into 12, ids broadcast over
+  // dim 2; and one element per row, as the transposed V store writes.
+  for (const d of [F32, F16, Q8_0, Q4_0]) {
+    out.push({
+      name: `set_rows F32 -> ${d}`,
+      op: Op.SET_ROWS,
+      dst: empty(d, [64, 12, 2, 1]),
+      src: [rand(F32, [64, 5, 2, 1]), vals(I32, [5, 1, 1, 1], [7, 0, 11, 3, 4])],
+      nmse: d === Q4_0 ? 1e-2 : d === Q8_0 ? 1e-4 : 1e-5,
+    });
+  }
+  out.push({
+    name: "set_rows F32 -> F16, one element per row",
+    op: Op.SET_ROWS,
+    dst: empty(F16, [1, 40, 1, 1]),
+    src: [rand(F32, [1, 6, 1, 1]), vals(I32, [6, 1, 1, 1], [39, 1, 20, 21, 0, 5])],
+    nmse: 1e-5,
+  });
   return out;
 }
 

@@ -250,6 +250,46 @@ export function buildCases(): Case[] {
       rtol: 0,
     });
   }
+  // set_rows (the KV stores): rows scattered into a dst whose other rows keep
+  // their bytes; ids broadcast over dim 2; one element per row (transposed V);
+  // a strided dst view with a quantized type.
+  {
+    const ids = valuesSpec(I32, [5, 1, 1, 1], [7, 0, 11, 3, 4]);
+    for (const d of [F32, F16, BF16, Q8_0, Q4_0]) {
+      cases.push({
+        name: `set_rows F32 -> ${d}`,
+        op: Op.SET_ROWS,
+        src: [randomSpec(F32, [64, 5, 2, 1], r), ids],
+        dst: randomSpec(d, [64, 12, 2, 1], r),
+        atol: d === Q4_0 ? 0.15 : d === Q8_0 ? 0.01 : d === F32 ? 0 : 0.004,
+        rtol: 0,
+      });
+    }
+    cases.push({
+      name: "set_rows one element per row, ids per plane",
+      op: Op.SET_ROWS,
+      src: [
+        randomSpec(F32, [1, 6, 2, 1], r),
+        valuesSpec(I32, [6, 2, 1, 1], [
+          39,
+          1,
+          20,
+          21,
+          0,
+          5,
+          2,
+          3,
+          4,
+          38,
+          6,
+          7,
+        ]),
+      ],
+      dst: randomSpec(F16, [1, 40, 2, 1], r),
+      atol: 0.001,
+      rtol: 0,
+    });
+  }
   for (const op of [Op.SILU, Op.GELU, Op.SCALE]) {
     cases.push({
       name: `unary ${op}`,

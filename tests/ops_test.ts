@@ -182,3 +182,25 @@ Deno.test("le_vec_dot agrees with a float64 dot of the converted operands", () =
     );
   }
 });
+
+Deno.test("set_rows: an id outside dst's rows is refused before any byte is written", async () => {
+  using cpu = new CpuBackend({ threads: 2, library: lib });
+  for (const bad of [12, -1]) {
+    const c: Case = {
+      name: `set_rows id ${bad}`,
+      op: Op.SET_ROWS,
+      src: [
+        valuesSpec(F32, [4, 2, 1, 1], [1, 2, 3, 4, 5, 6, 7, 8]),
+        valuesSpec(I32, [2, 1, 1, 1], [
+          3,
+          bad,
+        ]),
+      ],
+      dst: emptySpec(F16, [4, 12, 1, 1]),
+      atol: 0,
+      rtol: 0,
+    };
+    await assert.rejects(() => run(cpu, c), new RegExp(`ids\\[1, 0, 0\\] = ${bad} outside`));
+    await assert.rejects(() => run(ref, c), /outside/);
+  }
+});

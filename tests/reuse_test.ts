@@ -56,6 +56,7 @@ Deno.test("kv: a graph planned once stores each step's keys and values in that s
     const v = Float32Array.from({ length: hv * nh * 2 }, (_, i) => -(base + i));
     sched.setInput(kCur, k);
     sched.setInput(vCur, v);
+    for (const [t, ids] of kv.storeInputs(g, { idxs: cells })) sched.setInput(t, ids);
     await sched.compute();
     const K = new Float32Array(kv.storage(0).k.buffer.bytes.slice(kv.storage(0).k.offset).buffer);
     const V = new Float32Array(kv.storage(0).v.buffer.bytes.slice(kv.storage(0).v.offset).buffer);
@@ -73,14 +74,14 @@ Deno.test("kv: a graph planned once stores each step's keys and values in that s
   };
   await step([2, 3], 100);
   const allocs = sched.arenaAllocations;
-  const moved = kv.moveStores(g, { idxs: [5, 6] });
-  assert.ok(moved);
-  assert.equal(moved.length, 2);
-  sched.update(moved);
+  // The cells are the stores' row ids: nothing in the plan moves.
+  assert.deepEqual(kv.moveStores(g, { idxs: [5, 6] }), []);
   const { K } = await step([5, 6], 200);
   assert.equal(K[2 * hd * nh], 100, "the earlier step's cells keep their keys");
   assert.equal(sched.arenaAllocations, allocs);
-  // A slot cut into two runs is a different graph.
-  assert.equal(kv.moveStores(g, { idxs: [7, 0] }), null);
+  // Cells that wrap around serve the same graph; another token count does not.
+  await step([7, 0], 300);
+  assert.equal(kv.moveStores(g, { idxs: [7, 0, 1] }), null);
   assert.throws(() => kv.moveStores(g, { idxs: [8, 9] }), /out of range/);
+  assert.throws(() => kv.storeInputs(g, { idxs: [8, 9] }), /out of range/);
 });

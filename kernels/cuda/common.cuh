@@ -99,6 +99,7 @@ int32_t lec_op_glu(lec_ctx *ctx, const le_node *n);     // SWIGLU, GEGLU
 int32_t lec_op_rope(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_soft_max(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_cpy(lec_ctx *ctx, const le_node *n);
+int32_t lec_op_set_rows(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_mul_mat(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_flash_attn(lec_ctx *ctx, const le_node *n);
 int32_t lec_op_ssm_conv(lec_ctx *ctx, const le_node *n);

@@ -273,38 +273,78 @@ __global__ void k_cpy_float(Ten d, Ten a) {
   }
 }
 
-// F32 rows to Q8_0 / Q4_0 blocks (same shape; ggml-cuda's block quantizers).
+// One Q8_0 / Q4_0 block b of out from QK floats at x (ggml-cuda's block quantizers).
+__device__ void quantize_block(const float *x, char *out, int64_t b, int type) {
+  if (type == T_Q8_0) {
+    block_q8_0 *y = (block_q8_0 *)out + b;
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float dd = amax / 127.0f, id = dd ? 1.0f / dd : 0.0f;
+    y->d = __float2half_rn(dd);
+    for (int j = 0; j < QK; j++) y->qs[j] = (int8_t)roundf(x[j] * id);
+  } else {
+    block_q4_0 *y = (block_q4_0 *)out + b;
+    float amax = 0.0f, vmax = 0.0f;
+    for (int j = 0; j < QK; j++) {
+      if (amax < fabsf(x[j])) {
+        amax = fabsf(x[j]);
+        vmax = x[j];
+      }
+    }
+    const float dd = vmax / -8.0f, id = dd ? 1.0f / dd : 0.0f;
+    y->d = __float2half_rn(dd);
+    for (int j = 0; j < QK / 2; j++) {
+      const uint8_t q0 = (uint8_t)min(15, (int)(int8_t)(x[j] * id + 8.5f));
+      const uint8_t q1 = (uint8_t)min(15, (int)(int8_t)(x[j + QK / 2] * id + 8.5f));
+      y->qs[j] = q0 | (q1 << 4);
+    }
+  }
+}
+
+// F32 rows to Q8_0 / Q4_0 blocks (same shape).
 __global__ void k_quantize(Ten d, Ten a) {
   const int64_t per_row = a.ne[0] / QK, n = per_row * a.ne[1] * a.ne[2] * a.ne[3];
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t b = e % per_row, r = e / per_row;
-    const float *x = (const float *)(a.data + row_off(a, r)) + b * QK;
-    char *out = d.data + row_off(d, r);
-    if (d.type == T_Q8_0) {
-      block_q8_0 *y = (block_q8_0 *)out + b;
-      float amax = 0.0f;
-      for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-      const float dd = amax / 127.0f, id = dd ? 1.0f / dd : 0.0f;
-      y->d = __float2half_rn(dd);
-      for (int j = 0; j < QK; j++) y->qs[j] = (int8_t)roundf(x[j] * id);
-    } else {
-      block_q4_0 *y = (block_q4_0 *)out + b;
-      float amax = 0.0f, vmax = 0.0f;
-      for (int j = 0; j < QK; j++) {
-        if (amax < fabsf(x[j])) {
-          amax = fabsf(x[j]);
-          vmax = x[j];
-        }
-      }
-      const float dd = vmax / -8.0f, id = dd ? 1.0f / dd : 0.0f;
-      y->d = __float2half_rn(dd);
-      for (int j = 0; j < QK / 2; j++) {
-        const uint8_t q0 = (uint8_t)min(15, (int)(int8_t)(x[j] * id + 8.5f));
-        const uint8_t q1 = (uint8_t)min(15, (int)(int8_t)(x[j + QK / 2] * id + 8.5f));
-        y->qs[j] = q0 | (q1 << 4);
-      }
-    }
+    quantize_block((const float *)(a.data + row_off(a, r)) + b * QK, d.data + row_off(d, r), b,
+                   d.type);
+  }
+}
+
+// ---- set_rows ----------------------------------------------------------
+// The dst row of src row (i, i2, i3): ids[i, i2 % ne11, i3 % ne12], or -1
+// outside dst (TypeScript builds the ids from checked cells; a bad one is skipped).
+__device__ __forceinline__ int64_t set_rows_dst(const Ten &d, const Ten &ids, int64_t i, int64_t i2,
+                                                int64_t i3) {
+  const int64_t id = *(const int32_t *)(ids.data + i * ids.nb[0] + (i2 % ids.ne[1]) * ids.nb[1] +
+                                        (i3 % ids.ne[2]) * ids.nb[2]);
+  return id >= 0 && id < d.ne[1] ? id * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] : -1;
+}
+
+// Float dst: one thread per element of src (F32 rows).
+__global__ void k_set_rows_float(Ten d, Ten a, Ten ids) {
+  const int64_t n = a.ne[0] * a.ne[1] * a.ne[2] * a.ne[3];
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t k = e % a.ne[0], r = e / a.ne[0];
+    const int64_t i = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const int64_t o = set_rows_dst(d, ids, i, i2, i3);
+    if (o < 0) continue;
+    store_float(d.data + o + k * d.nb[0], d.type, *(const float *)(a.data + row_off(a, r) + k * 4));
+  }
+}
+
+// Q8_0 / Q4_0 dst: one thread per block.
+__global__ void k_set_rows_quant(Ten d, Ten a, Ten ids) {
+  const int64_t per_row = a.ne[0] / QK, n = per_row * a.ne[1] * a.ne[2] * a.ne[3];
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t b = e % per_row, r = e / per_row;
+    const int64_t i = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const int64_t o = set_rows_dst(d, ids, i, i2, i3);
+    if (o < 0) continue;
+    quantize_block((const float *)(a.data + row_off(a, r)) + b * QK, d.data + o, b, d.type);
   }
 }
 
@@ -417,6 +457,23 @@ int32_t lec_op_soft_max(lec_ctx *ctx, const le_node *n) {
   p.m1 = powf(2.0f, -(p.max_bias / 2.0f) / p.n_head_log2);
   Ten m = p.has_mask ? ten(n->src[1]) : ten(n->src[0]);
   LEC_LAUNCH(k_soft_max, (unsigned)rows, BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]), m, p);
+  return 0;
+}
+
+int32_t lec_op_set_rows(lec_ctx *ctx, const le_node *n) {
+  const int d = n->dst.type;
+  const int64_t e = nelem(n->src[0]);
+  if (n->src[0].type != T_F32 || n->src[1].type != T_I32) return LEC_E_UNSUPPORTED;
+  if (e == 0) return 0;
+  if (float_type(d)) {
+    LEC_LAUNCH(k_set_rows_float, blocks_for(e), BLOCK, 0, ctx->stream)(ten(n->dst), ten(n->src[0]),
+                                                                      ten(n->src[1]));
+  } else if (d == T_Q8_0 || d == T_Q4_0) {
+    LEC_LAUNCH(k_set_rows_quant, blocks_for(e / QK), BLOCK, 0, ctx->stream)(
+        ten(n->dst), ten(n->src[0]), ten(n->src[1]));
+  } else {
+    return LEC_E_UNSUPPORTED;
+  }
   return 0;
 }
 

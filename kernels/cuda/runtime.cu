@@ -241,6 +241,7 @@ static int32_t run_node(lec_ctx *ctx, const le_node *n) {
     case LE_OP_SSM_SCAN: return lec_op_ssm_scan(ctx, n);
     case LE_OP_CONCAT: return lec_op_concat(ctx, n);
     case LE_OP_HADAMARD: return lec_op_hadamard(ctx, n);
+    case LE_OP_SET_ROWS: return lec_op_set_rows(ctx, n);
     default: return LEC_E_UNSUPPORTED;
   }
 }

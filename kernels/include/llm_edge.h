@@ -60,6 +60,10 @@ enum le_op {
   LE_OP_HADAMARD = 19, /* rows of ne0 (a power of 2) times the orthonormal Walsh-Hadamard
                         * matrix: ggml's fast path of a mul_mat hinted
                         * GGML_HINT_SRC0_IS_HADAMARD (ggml_compute_forward_fwht) */
+  LE_OP_SET_ROWS = 20, /* ggml_set_rows: dst row src1[i, i2 % ne11, i3 % ne12] of plane
+                        * (i2, i3) = convert(src0 row (i, i2, i3)); src0 F32 [ne0, nr, ne2,
+                        * ne3], src1 I32 ids [nr, ne11, ne12]; dst a view written in place
+                        * (KV cache stores); an id outside 0..ne1-1 fails the node */
   LE_OP_COUNT
 };
 

@@ -443,6 +443,49 @@ static void op_cpy(const le_node *n, const le_compute_params *p) {
   END_ROWS
 }
 
+/* ggml_compute_forward_set_rows (F32 rows, I32 ids): row i of plane (i2, i3)
+ * of src0 goes to dst row ids[i, i2 % ne11, i3 % ne12], converted with the
+ * type's CPU from_float (ggml's; the plain f16 rounding for F16). Threads
+ * split the rows i as ggml does. TypeScript checks every id against dst's
+ * rows before the call; an id outside them still fails the node here and
+ * nothing is written for it. */
+static void op_set_rows(const le_node *n, const le_compute_params *p) {
+  const le_tensor *s = &n->src[0], *ids = &n->src[1], *d = &n->dst;
+  const le_type_traits *td = le_traits(d->type);
+  const int64_t nc = s->ne[0];
+  int64_t r0, r1;
+  split_rows(s->ne[1], p, &r0, &r1);
+  for (int64_t i3 = 0; i3 < s->ne[3]; i3++) {
+    for (int64_t i2 = 0; i2 < s->ne[2]; i2++) {
+      for (int64_t i = r0; i < r1; i++) {
+        const int32_t id = *(const int32_t *)((const char *)(uintptr_t)ids->data + i * ids->nb[0] +
+                                              (i2 % ids->ne[1]) * ids->nb[1] +
+                                              (i3 % ids->ne[2]) * ids->nb[2]);
+        if (id < 0 || id >= d->ne[1]) {
+          char msg[128];
+          snprintf(msg, sizeof msg, "set_rows: row id %d outside 0..%lld", id,
+                   (long long)d->ne[1] - 1);
+          le_ctx_fail(p->ctx, msg);
+          continue;
+        }
+        const float *x = (const float *)ROW(s, i, i2, i3);
+        char *y = ROW(d, id, i2, i3);
+        if (d->type == LE_TYPE_F32) {
+          memcpy(y, x, (size_t)nc * 4);
+        } else if (d->type == LE_TYPE_F16) {
+          le_fp32_to_fp16_row(x, (uint16_t *)y, nc);
+        } else if (d->type == LE_TYPE_BF16) {
+          uint16_t *h = (uint16_t *)y;
+          for (int64_t k = 0; k < nc; k++) h[k] = le_fp32_to_bf16(x[k]);
+        } else {
+          le_from_float_fn q = td->from_float_act ? td->from_float_act : td->from_float_ref;
+          q(x, y, nc);
+        }
+      }
+    }
+  }
+}
+
 /* ggml_compute_forward_concat_f32: each dst element from src0 below
  * src0's extent along dim, else from src1 shifted back by it. */
 static void op_concat(const le_node *n, const le_compute_params *p) {
@@ -482,7 +525,7 @@ static const int8_t min_src[LE_OP_COUNT] = {
     [LE_OP_SWIGLU] = 2,   [LE_OP_CPY] = 1,      [LE_OP_SCALE] = 1, [LE_OP_NORM] = 1,
     [LE_OP_GELU] = 1,     [LE_OP_GEGLU] = 2,      [LE_OP_FLASH_ATTN_EXT] = 3,
     [LE_OP_SSM_CONV] = 2, [LE_OP_SSM_SCAN] = 7,   [LE_OP_CONCAT] = 2,
-    [LE_OP_HADAMARD] = 1,
+    [LE_OP_HADAMARD] = 1, [LE_OP_SET_ROWS] = 2,
 };
 
 int le_node_check(const le_node *n) {
@@ -498,6 +541,13 @@ int le_node_check(const le_node *n) {
       return 0;
     case LE_OP_CPY:
       if (!le_traits(n->src[0].type) || !le_traits(n->dst.type)) return fail("cpy: type unknown", n);
+      return 0;
+    case LE_OP_SET_ROWS:
+      if (!le_traits(n->dst.type) || n->src[0].type != LE_TYPE_F32 || n->src[1].type != LE_TYPE_I32)
+        return fail("set_rows: types", n);
+      if (le_traits(n->dst.type)->blck > 1 && !le_traits(n->dst.type)->from_float_act &&
+          !le_traits(n->dst.type)->from_float_ref)
+        return fail("set_rows: dst type has no quantizer", n);
       return 0;
     case LE_OP_MUL_MAT:
       return le_mul_mat_check(n);
@@ -540,6 +590,7 @@ void le_node_compute(const le_node *n, const le_compute_params *p) {
     case LE_OP_SSM_CONV: le_ssm_conv(n, p); break;
     case LE_OP_SSM_SCAN: le_ssm_scan(n, p); break;
     case LE_OP_CONCAT: op_concat(n, p); break;
+    case LE_OP_SET_ROWS: op_set_rows(n, p); break;
     default: break;
   }
 }

@@ -75,6 +75,8 @@ export function cudaOpSupported(q: OpQuery): boolean {
     case Op.GET_ROWS:
     case Op.MUL_MAT:
       return CUDA_WEIGHT_TYPES.includes(s0);
+    case Op.SET_ROWS:
+      return s0 === F32 && (FLOAT.includes(q.dstType) || q.dstType === Q8_0 || q.dstType === Q4_0);
     case Op.CPY:
       return (FLOAT.includes(s0) && FLOAT.includes(q.dstType)) ||
         (s0 === F32 && (q.dstType === Q8_0 || q.dstType === Q4_0)) ||

@@ -14,7 +14,7 @@ import { GGMLType, ggmlTypeInfo, vecDotType } from "../ggml/types.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
 import { bf16ToF32, f32ToBf16, f32ToFp16, fp16ToF32 } from "../ggml/half.ts";
 import { DEQUANT, QUANT_REF, quantizeQ8_0Act, roundActivations } from "../ggml/ref_quants.ts";
-import { validateNode } from "./validate.ts";
+import { checkRowIds, validateNode } from "./validate.ts";
 import { ssmConv, ssmScan } from "./ref_ssm.ts";
 import { HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 
@@ -256,6 +256,27 @@ function cpy(n: ExecNode): void {
   }
 }
 
+/** ggml_set_rows: dst row ids[i, i2 % ne11, i3 % ne12] of plane (i2, i3) = src0 row (i, i2, i3). */
+function setRows(n: ExecNode): void {
+  checkRowIds(n);
+  const [a, ids] = n.src, d = n.dst;
+  const iv = viewOf(ids.data.buffer), x = new Float64Array(a.ne[0]);
+  const info = ggmlTypeInfo(d.type)!;
+  const q = info.blockSize > 1
+    ? (d.type === Q8_0 ? quantizeQ8_0Act : QUANT_REF.get(d.type)!)
+    : null;
+  const rowBytes = (a.ne[0] / info.blockSize) * info.typeSize;
+  forRows(a, (i1, i2, i3) => {
+    const at = ids.data.offset + i1 * ids.nb[0] + (i2 % ids.ne[1]) * ids.nb[1] +
+      (i3 % ids.ne[2]) * ids.nb[2];
+    const id = iv.getInt32(at, true);
+    readRow(a, i1, i2, i3, x);
+    if (!q) return writeRow(d, id, i2, i3, x);
+    const o = rowOff(d, id, i2, i3);
+    q(x, d.data.buffer.bytes.subarray(o, o + rowBytes));
+  });
+}
+
 function concat(n: ExecNode): void {
   const [a, b] = n.src, d = n.dst, dim = n.params[0], ea = a.ne[dim];
   const dv = viewOf(d.data.buffer), av = viewOf(a.data.buffer), bv = viewOf(b.data.buffer);
@@ -403,6 +424,8 @@ export function referenceCompute(n: ExecNode): void {
       return ssmScan(n);
     case Op.CONCAT:
       return concat(n);
+    case Op.SET_ROWS:
+      return setRows(n);
     default:
       throw new RangeError(`reference backend: op ${n.op} not implemented`);
   }

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { opSources, opViolation } from "../graph/ops.ts";
+import { Op, opSources, opViolation } from "../graph/ops.ts";
 import { byteExtent } from "../ggml/memory.ts";
 import { ggmlTypeInfo } from "../ggml/types.ts";
 import type { ExecNode, ResolvedTensor } from "./types.ts";
@@ -82,4 +82,33 @@ function checkNode(node: ExecNode): void {
   if (node.dst.data.buffer.backend === "host") fail(where, "dst lies in a read-only mapping");
   const why = opViolation(node.op, node.dst, node.src, node.params);
   if (why) fail(where, why);
+}
+
+/**
+ * Checks the row ids of a SET_ROWS node against its destination's rows: its
+ * kernel writes where they point, and they are data (an input refilled every
+ * step), so the host backends (CPU, WebAssembly, reference) run this before
+ * every compute, not once per encoded node.
+ */
+export function checkRowIds(n: ExecNode): void {
+  if (n.op !== Op.SET_ROWS) return;
+  const [a, ids] = n.src, rows = n.dst.ne[1];
+  const bytes = ids.data.buffer.bytes;
+  if (bytes.byteLength < ids.data.buffer.size) fail(n.name ? ` (${n.name})` : "", "ids unreadable");
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const [n0, n1, n2] = [a.ne[1], ids.ne[1], ids.ne[2]];
+  for (let i2 = 0; i2 < n2; i2++) {
+    for (let i1 = 0; i1 < n1; i1++) {
+      const base = ids.data.offset + i1 * ids.nb[1] + i2 * ids.nb[2];
+      for (let i = 0; i < n0; i++) {
+        const id = v.getInt32(base + i * ids.nb[0], true);
+        if (!(id >= 0 && id < rows)) {
+          fail(
+            n.name ? ` (${n.name})` : "",
+            `set_rows: ids[${i}, ${i1}, ${i2}] = ${id} outside the ${rows} rows of dst`,
+          );
+        }
+      }
+    }
+  }
 }

@@ -122,7 +122,7 @@ export class Graph {
   // The op table's verdict on node t (params already set), as a GraphError
   // naming the builder call `what`. A copy's exec sources omit its dst view.
   #ruled(what: string, t: Tensor): Tensor {
-    const src = t.op === Op.CPY ? t.src.slice(0, 1) : t.src;
+    const src = execSources(t);
     const why = opViolation(t.op, t, src, t.params);
     if (why) {
       const args = src.map((s) => s.describe()).join(", ");
@@ -417,6 +417,18 @@ export class Graph {
     return this.#ruled("cpy", this.#inplace(Op.CPY, `cpy->${dst.root.name}`, dst, [a, dst]));
   }
 
+  /**
+   * ggml_set_rows: row `ids[i, i2 % ids.ne1, i3 % ids.ne2]` of plane (i2, i3)
+   * of `dst` becomes row (i, i2, i3) of `a` (F32), converted to dst's type
+   * (one node for a whole micro-batch of KV stores, wherever its cells lie).
+   * The result aliases dst; executing it writes dst's memory. `ids` is I32.
+   */
+  setRows(dst: Tensor, a: Tensor, ids: Tensor): Tensor {
+    this.#check(dst), this.#check(a), this.#check(ids);
+    const t = this.#inplace(Op.SET_ROWS, `set_rows->${dst.root.name}`, dst, [a, ids, dst]);
+    return this.#ruled("setRows", t);
+  }
+
   /** A packed copy of x converted to `type` (ggml_cast). */
   cast(x: Tensor, type: number): Tensor {
     this.#check(x);
@@ -567,6 +579,14 @@ export class Graph {
     t.isOutput = true;
     if (!this.outputs.includes(t)) this.outputs.push(t);
   }
+}
+
+/**
+ * The operands a backend sees of node `t`: a copy's (and a set_rows') last
+ * source is the destination it writes, which is the node itself.
+ */
+export function execSources(t: Tensor): readonly Tensor[] {
+  return t.op === Op.CPY ? t.src.slice(0, 1) : t.op === Op.SET_ROWS ? t.src.slice(0, 2) : t.src;
 }
 
 // Strides for dims 1.. given (ggml view style); nb0 is the type size and

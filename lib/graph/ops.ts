@@ -34,6 +34,7 @@ export const Op = {
   SSM_SCAN: 17,
   CONCAT: 18,
   HADAMARD: 19,
+  SET_ROWS: 20,
 } as const;
 
 /** A graph op code. */
@@ -372,6 +373,24 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
           return `shapes: src1 must match src0 but along dim ${dim}, dst their concatenation`;
         }
       }
+    },
+  },
+  [Op.SET_ROWS]: {
+    // ggml_set_rows with F32 rows and I32 ids (what the KV stores write):
+    // dst row ids[i, i2 % ne11, i3 % ne12] of plane (i2, i3) = src0 row (i, i2, i3).
+    src: [2, 2],
+    types: (d, [s0, s1]) => s0 === F32 && s1 === I32 && CPY_DST_TYPES.includes(d),
+    layout(d, [a, ids]) {
+      if (!rowsOf(a, F32)) return "src0 rows must be contiguous F32";
+      if (d.nb[0] !== typeSize(d.type)) return "dst rows must be contiguous";
+      if (!(rowsOf(ids, I32) || ids.ne[0] <= 1)) return "ids must be contiguous I32";
+      if (!(d.ne[0] === a.ne[0] && d.ne[2] === a.ne[2] && d.ne[3] === a.ne[3])) {
+        return "shapes: src0 [dst ne0, n, dst ne2, dst ne3]";
+      }
+      if (
+        !(ids.ne[0] === a.ne[1] && ids.ne[1] > 0 && ids.ne[2] > 0 && ids.ne[3] === 1 &&
+          a.ne[2] % ids.ne[1] === 0 && a.ne[3] % ids.ne[2] === 0)
+      ) return "ids must be [n, a divisor of ne2, a divisor of ne3]";
     },
   },
   [Op.NORM]: UNARY,

@@ -554,23 +554,33 @@ export class KvCache implements Disposable {
     return this.#tensors.kShiftView(g, il, nRot);
   }
 
-  /** Copy nodes storing kCur's token rows into the slot's cells (expanded into g, in order). */
+  /**
+   * The set_rows node storing kCur's token rows into the slot's cells
+   * (expanded into g); write {@link storeInputs} before each run.
+   */
   storeK(g: Graph, il: number, kCur: Tensor, slot: SlotInfo): Tensor[] {
     return this.#tensors.storeK(g, il, kCur, slot);
   }
 
-  /** Copy nodes storing vCur's token rows (transposed when vTrans). */
+  /** The set_rows node storing vCur's token rows (one element per row when vTrans). */
   storeV(g: Graph, il: number, vCur: Tensor, slot: SlotInfo): Tensor[] {
     return this.#tensors.storeV(g, il, vCur, slot);
   }
 
   /**
-   * Point the store copies that {@link storeK}/{@link storeV} put into `g`
-   * at the cells of `slot`, so a graph built (and planned) for one decode
-   * step serves the next one of the same shape (llama.cpp's graph reuse).
-   * The slot must split the tokens into runs of consecutive cells exactly
-   * as the slot `g` was built with; otherwise nothing changes and the result
-   * is null (build a new graph). Returns the moved nodes, for the scheduler.
+   * The row-id inputs of the stores in `g` with their values for `slot`
+   * (llama.cpp's k_idxs / v_idxs): set them before every run of `g`.
+   */
+  storeInputs(g: Graph, slot: SlotInfo): Array<[Tensor, Int32Array]> {
+    return this.#tensors.storeInputs(g, slot);
+  }
+
+  /**
+   * Whether the stores that {@link storeK}/{@link storeV} put into `g` can
+   * serve `slot` (as many tokens), so a graph built and planned for one
+   * decode step serves the next one of the same shape (llama.cpp's graph
+   * reuse): the nodes the scheduler must update (none: the cells are the
+   * inputs of {@link storeInputs}), else null (build a new graph).
    */
   moveStores(g: Graph, slot: SlotInfo): Tensor[] | null {
     return this.#tensors.moveStores(g, slot);

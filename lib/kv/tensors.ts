@@ -1,13 +1,15 @@
 /**
  * The graph side of the KV cache: each layer's K and V storage as graph
- * externals, the views attention and K-shift read, and the store copies that
- * write a ubatch's keys and values into its cells (and move them for graph
- * reuse). Cell bookkeeping stays in {@link KvCache}.
+ * externals, the views attention and K-shift read, and the set_rows stores
+ * that write a ubatch's keys and values into its cells, one node per layer
+ * for K and for V whatever cells the tokens land in, with the cells as row
+ * ids (graph inputs, so a planned graph is reused across decode steps).
+ * Cell bookkeeping stays in {@link KvCache}.
  *
  * @module
  */
 import type { BufferRef } from "../ggml/memory.ts";
-import { rowSize } from "../ggml/types.ts";
+import { GGMLType, rowSize } from "../ggml/types.ts";
 import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
 import type { SlotInfo } from "./cache.ts";
@@ -49,24 +51,24 @@ export interface KvLayout {
   storage(il: number): LayerStore;
 }
 
-// A store copy put into a graph: tokens [t0, t0 + len) into K or V.
-interface StoreNode {
-  readonly node: Tensor;
-  readonly which: "k" | "v";
-  readonly t0: number;
-  readonly len: number;
+// The row-id inputs of a graph's stores: one for K, one for V (shared by
+// every layer), with the buffers their values are built in.
+interface StoreIds {
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly nTok: number;
+  readonly kIds: Int32Array;
+  readonly vIds: Int32Array;
 }
 
-// Token runs of a slot: consecutive tokens in consecutive cells of one stream.
-interface Run {
-  readonly t0: number;
-  readonly s: number;
-  readonly c0: number;
-  len: number;
-}
-
-function slotRuns(slot: SlotInfo, size: number, nStream: number, what: string): Run[] {
-  const runs: Run[] = [];
+// Checks a slot's cells and streams; calls at(t, s, c) per token.
+function forSlot(
+  slot: SlotInfo,
+  size: number,
+  nStream: number,
+  what: string,
+  at: (t: number, s: number, c: number) => void,
+): void {
   const { idxs, strm } = slot;
   if (strm && strm.length !== idxs.length) {
     throw new KvError(`${what}: ${strm.length} streams for ${idxs.length} cells`);
@@ -79,18 +81,15 @@ function slotRuns(slot: SlotInfo, size: number, nStream: number, what: string): 
     if (!Number.isInteger(s) || s < 0 || s >= nStream) {
       throw new KvError(`${what}: stream ${s} out of range`);
     }
-    const r = runs[runs.length - 1];
-    if (r && r.s === s && r.c0 + r.len === c) r.len++;
-    else runs.push({ t0: t, s, c0: c, len: 1 });
+    at(t, s, c);
   }
-  return runs;
 }
 
 /** Per-graph K/V externals, views and store copies of one cache. */
 export class KvTensors {
   #kv: KvLayout;
   #graphTensors = new WeakMap<Graph, Map<string, Tensor>>();
-  #stores = new WeakMap<Graph, StoreNode[]>();
+  #ids = new WeakMap<Graph, StoreIds>();
 
   /** Graph tensors over the storage of `kv`. */
   constructor(kv: KvLayout) {
@@ -171,8 +170,9 @@ export class KvTensors {
     ], 0);
   }
 
-  // Token rows of cur [head, nHead, nTokens] or [width, nTokens] as runs of cells.
-  #runs(cur: Tensor, width: number, slot: SlotInfo, what: string) {
+  // Token rows of cur [head, nHead, nTokens] or [width, nTokens] as a view
+  // [width, nTokens] (heads packed), checked against the graph's store ids.
+  #rows(g: Graph, cur: Tensor, width: number, slot: SlotInfo, what: string): Tensor {
     const threeD = !(cur.ne[0] === width && cur.ne[2] === 1);
     const nTok = threeD ? cur.ne[2] : cur.ne[1];
     if (cur.ne[0] * (threeD ? cur.ne[1] : 1) !== width || cur.ne[3] !== 1) {
@@ -184,80 +184,99 @@ export class KvTensors {
     if (slot.idxs.length !== nTok) {
       throw new KvError(`${what}: ${slot.idxs.length} cells for ${nTok} tokens`);
     }
-    const tokStride = threeD ? cur.nb[2] : cur.nb[1];
-    return { runs: slotRuns(slot, this.#kv.size, this.#kv.nStream, what), tokStride };
+    if (this.#storeIds(g, nTok).nTok !== nTok) {
+      throw new KvError(`${what}: ${nTok} tokens in a graph storing ${this.#ids.get(g)!.nTok}`);
+    }
+    return g.view(cur, [width, nTok], [threeD ? cur.nb[2] : cur.nb[1]], 0);
   }
 
-  /** Copy nodes storing kCur's token rows into the slot's cells (expanded into g, in order). */
-  storeK(g: Graph, il: number, kCur: Tensor, slot: SlotInfo): Tensor[] {
-    const kv = this.#kv;
-    const k = this.kTensor(g, il);
-    const w = kv.nEmbdKGqa;
-    const row = rowSize(kv.typeK, w);
-    const { runs, tokStride } = this.#runs(kCur, w, slot, "storeK");
-    return runs.map(({ t0, s, c0, len }) => {
-      const src = g.view(kCur, [w, len], [tokStride], t0 * tokStride);
-      const node = g.cpy(src, g.view(k, [w, len], [row], this.#storeOffset("k", s, c0)));
-      g.expand(node);
-      this.#noteStore(g, { node, which: "k", t0, len });
-      return node;
-    });
-  }
-
-  /** Copy nodes storing vCur's token rows (transposed when vTrans). */
-  storeV(g: Graph, il: number, vCur: Tensor, slot: SlotInfo): Tensor[] {
-    const kv = this.#kv;
-    const v = this.vTensor(g, il);
-    const w = kv.nEmbdVGqa;
-    const { runs, tokStride } = this.#runs(vCur, w, slot, "storeV");
-    return runs.map(({ t0, s, c0, len }) => {
-      const src = g.view(vCur, [w, len], [tokStride], t0 * tokStride);
-      const at = this.#storeOffset("v", s, c0);
-      const node = kv.vTrans
-        ? g.cpy(g.transpose(src), g.view(v, [len, w], [rowSize(kv.typeV, kv.size)], at))
-        : g.cpy(src, g.view(v, [w, len], [rowSize(kv.typeV, w)], at));
-      g.expand(node);
-      this.#noteStore(g, { node, which: "v", t0, len });
-      return node;
-    });
-  }
-
-  // Byte offset of cell c0 of stream s in a layer's K or V storage.
-  #storeOffset(which: "k" | "v", s: number, c0: number): number {
-    const kv = this.#kv;
-    if (which === "k") return (s * kv.size + c0) * rowSize(kv.typeK, kv.nEmbdKGqa);
-    const stream = s * kv.size * rowSize(kv.typeV, kv.nEmbdVGqa);
-    return stream + c0 * rowSize(kv.typeV, kv.vTrans ? 1 : kv.nEmbdVGqa);
-  }
-
-  #noteStore(g: Graph, s: StoreNode): void {
-    const list = this.#stores.get(g);
-    if (list) list.push(s);
-    else this.#stores.set(g, [s]);
+  // The graph's row-id inputs (made on first use): K's rows are cells of all
+  // streams, one after the other; V's, when transposed, single elements.
+  #storeIds(g: Graph, nTok: number): StoreIds {
+    let ids = this.#ids.get(g);
+    if (!ids) {
+      const kv = this.#kv;
+      const nv = kv.vTrans ? nTok * kv.nEmbdVGqa : nTok;
+      if (kv.vTrans && kv.size * kv.nStream * kv.nEmbdVGqa > 0x7fffffff) {
+        throw new KvError(`storeV: ${kv.size * kv.nStream} cells of V are too many for I32 ids`);
+      }
+      ids = {
+        k: g.input("k_idxs", GGMLType.I32, [nTok]),
+        v: g.input("v_idxs", GGMLType.I32, [nv]),
+        nTok,
+        kIds: new Int32Array(nTok),
+        vIds: new Int32Array(nv),
+      };
+      this.#ids.set(g, ids);
+    }
+    return ids;
   }
 
   /**
-   * Point the store copies that {@link storeK}/{@link storeV} put into `g`
-   * at the cells of `slot`, so a graph built (and planned) for one decode
-   * step serves the next one of the same shape (llama.cpp's graph reuse).
-   * The slot must split the tokens into runs of consecutive cells exactly
-   * as the slot `g` was built with; otherwise nothing changes and the result
-   * is null (build a new graph). Returns the moved nodes, for the scheduler.
+   * One set_rows node storing kCur's token rows into the slot's cells
+   * (expanded into g); its row ids are the graph input that
+   * {@link storeInputs} fills for each step.
+   */
+  storeK(g: Graph, il: number, kCur: Tensor, slot: SlotInfo): Tensor[] {
+    const rows = this.#rows(g, kCur, this.#kv.nEmbdKGqa, slot, "storeK");
+    const node = g.setRows(this.kTensor(g, il), rows, this.#ids.get(g)!.k);
+    g.expand(node);
+    return [node];
+  }
+
+  /**
+   * One set_rows node storing vCur's token rows; transposed, each element is
+   * a row of its own (llama.cpp's cpy_v and v_idxs).
+   */
+  storeV(g: Graph, il: number, vCur: Tensor, slot: SlotInfo): Tensor[] {
+    const kv = this.#kv;
+    const w = kv.nEmbdVGqa;
+    let rows = this.#rows(g, vCur, w, slot, "storeV");
+    const v = this.vTensor(g, il);
+    let dst = v;
+    if (kv.vTrans) {
+      const n = rows.ne[1] * w;
+      if (rows.nb[1] !== rowSize(rows.type, w)) rows = g.cont(rows);
+      rows = g.view(rows, [1, n], [rowSize(rows.type, 1)], 0);
+      dst = g.view(v, [1, kv.size * w * kv.nStream], [rowSize(kv.typeV, 1)], 0);
+    }
+    const node = g.setRows(dst, rows, this.#ids.get(g)!.v);
+    g.expand(node);
+    return [node];
+  }
+
+  /**
+   * The row-id inputs of the stores in `g` and their values for `slot`
+   * (llama.cpp's set_input_k_idxs / set_input_v_idxs), to be written before
+   * each run of `g`: a graph planned for one decode step serves the next one
+   * of the same shape, wherever its cells lie. Empty when g stores nothing.
+   * Throws KvError for a cell or stream out of range.
+   */
+  storeInputs(g: Graph, slot: SlotInfo): Array<[Tensor, Int32Array]> {
+    const ids = this.#ids.get(g);
+    if (!ids) return [];
+    const kv = this.#kv, size = kv.size, w = kv.nEmbdVGqa;
+    if (slot.idxs.length !== ids.nTok) {
+      throw new KvError(`storeInputs: ${slot.idxs.length} cells for ${ids.nTok} tokens`);
+    }
+    const { kIds, vIds } = ids;
+    forSlot(slot, size, kv.nStream, "storeInputs", (t, s, c) => {
+      kIds[t] = s * size + c;
+      if (!kv.vTrans) vIds[t] = s * size + c;
+      else for (let j = 0, o = s * size * w + c; j < w; j++, o += size) vIds[t * w + j] = o;
+    });
+    return [[ids.k, kIds], [ids.v, vIds]];
+  }
+
+  /**
+   * Whether the stores of `g` can serve `slot` (as many tokens; the cells
+   * are inputs, see {@link storeInputs}): then the nodes to update, none,
+   * else null (build a new graph). Throws KvError for a cell or stream out
+   * of range.
    */
   moveStores(g: Graph, slot: SlotInfo): Tensor[] | null {
-    const stores = this.#stores.get(g);
-    if (!stores?.length) return null;
-    // Run starts (token index -> run) of the new slot.
-    const runs = slotRuns(slot, this.#kv.size, this.#kv.nStream, "moveStores");
-    const start = new Map(runs.map((r) => [r.t0, r]));
-    const runsPerGraph = stores.length / (2 * this.#kv.nLayer);
-    if (runs.length !== runsPerGraph) return null;
-    // As many runs, each old run start a new one: the same cut into runs.
-    for (const s of stores) if (!start.has(s.t0)) return null;
-    return stores.map((s) => {
-      const r = start.get(s.t0)!;
-      g.moveView(s.node, this.#storeOffset(s.which, r.s, r.c0));
-      return s.node;
-    });
+    const ids = this.#ids.get(g);
+    forSlot(slot, this.#kv.size, this.#kv.nStream, "moveStores", () => {});
+    return ids && ids.nTok === slot.idxs.length ? [] : null;
   }
 }

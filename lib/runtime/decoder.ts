@@ -344,7 +344,7 @@ export class Decoder {
     // Without a cache a graph of the same shape is reused as it is.
     const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
     if (moved) {
-      sched.update(moved);
+      if (moved.length) sched.update(moved);
     } else if (!last || kv) {
       last = null;
       this.#last = null; // until the new plan is in place
@@ -371,6 +371,12 @@ export class Decoder {
     if (io.tokens) sched.setInput(io.tokens, ub.token!);
     else sched.setInput(io.embd!, ub.embd!);
     if (io.pos) sched.setInput(io.pos, ub.pos);
+    // The cells the keys and values land in: the stores' row ids.
+    if (kv && slot) {
+      for (const [t, ids] of kv.storeInputs(last!.g, slot)) {
+        sched.setInput(t, ids);
+      }
+    }
     if (rs) {
       // No attention: the states' source cells instead of a mask.
       sched.setInput(io.sCopy!, rs.sCopy());

@@ -19,8 +19,7 @@ import type {
   ResolvedTensor,
 } from "../backend/types.ts";
 import { ARENA_ALIGN, type Lifetime, planArena } from "../graph/alloc.ts";
-import type { Graph } from "../graph/graph.ts";
-import { Op } from "../graph/ops.ts";
+import { execSources, type Graph } from "../graph/graph.ts";
 import { GraphError, type Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../ggml/types.ts";
 import { fp16ToF32 } from "../ggml/half.ts";
@@ -528,6 +527,4 @@ function isCopy(k: Tensor | Copy): k is Copy {
 }
 
 // The operands a backend sees: a copy's destination is the node itself.
-function execSrc(n: Tensor): readonly Tensor[] {
-  return n.op === Op.CPY ? n.src.slice(0, 1) : n.src;
-}
+const execSrc = execSources;
