@@ -258,10 +258,14 @@ export class BatchSplitter {
 
   /**
    * Equal-length slices of non-overlapping sequence sets (recurrent models,
-   * multi-stream caches). `sequential` wants consecutive seq ids.
+   * multi-stream caches). `sequential` wants consecutive seq ids;
+   * "ascending" takes any (a gap does not end the micro-batch) and orders
+   * the sets by sequence id, as a multi-stream cache's slot wants them.
    */
-  splitEqual(nUbatch: number, sequential = false): Ubatch | null {
-    if (sequential && this.#hasCoupled) {
+  splitEqual(nUbatch: number, sequential: boolean | "ascending" = false): Ubatch | null {
+    const ascending = sequential === "ascending";
+    if (ascending) sequential = false;
+    if ((sequential || ascending) && this.#hasCoupled) {
       throw new KvError("batch: sequential split_equal needs uncoupled sequences");
     }
     const sets: string[] = [];
@@ -279,6 +283,7 @@ export class BatchSplitter {
     }
     const nSeqs = sets.length;
     if (nSeqs === 0) return null;
+    if (ascending) sets.sort((a, b) => Number(a) - Number(b));
     const lists = sets.map((k) => this.#seqSetMap.get(k)!);
     const cur = lists.map((l) => {
       let j = 0;

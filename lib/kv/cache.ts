@@ -337,7 +337,15 @@ export class KvCache implements Disposable {
       for (const i of got) idxs.push(i), strm.push(s);
     }
     const s0 = ub.seqIdUnq[0], s1 = ub.seqIdUnq[nSeqs - 1];
-    return { idxs, strm, s0, ns: s1 - s0 + 1 };
+    if (s1 - s0 + 1 === nSeqs) return { idxs, strm, s0, ns: nSeqs };
+    // Gaps between the streams (ContextOptions.kvStreamGaps): runs of consecutive ones.
+    const runs: Array<[number, number]> = [];
+    for (const s of ub.seqIdUnq) {
+      const r = runs[runs.length - 1];
+      if (r && r[0] + r[1] === s) r[1]++;
+      else runs.push([s, 1]);
+    }
+    return { idxs, strm, s0, ns: nSeqs, runs };
   }
 
   #search(n: number, cont: boolean): number[] | null {
@@ -475,9 +483,10 @@ export class KvCache implements Disposable {
    */
   nKv(slot?: SlotInfo | null): number {
     if (this.#streams) {
-      const s0 = slot?.s0 ?? 0, ns = slot?.ns ?? this.nStream;
       let n = 0;
-      for (let s = s0; s < s0 + ns; s++) n = Math.max(n, this.#streams[s].nKv());
+      for (const [s0, ns] of slot?.runs ?? [[slot?.s0 ?? 0, slot?.ns ?? this.nStream]]) {
+        for (let s = s0; s < s0 + ns; s++) n = Math.max(n, this.#streams[s].nKv());
+      }
       return n;
     }
     const pad = Math.max(this.nPad, N_KV_PAD);

@@ -55,6 +55,12 @@ export interface SlotInfo {
   readonly s0?: number;
   /** Streams s0.. the slot spans (s1 - s0 + 1), the ubatch's tokens split evenly. Default 1. */
   readonly ns?: number;
+  /**
+   * When the slot's streams have gaps (ContextOptions.kvStreamGaps): each
+   * run of consecutive streams as [first, count], ascending; `ns` is then
+   * the number of streams present (the ubatch's tokens split evenly over them).
+   */
+  readonly runs?: ReadonlyArray<readonly [number, number]>;
 }
 
 /** Cell state saved by {@link KvCache.saveSlot}. */

@@ -176,6 +176,7 @@ export class Context implements Disposable, AsyncDisposable {
       nSeqMax: p.o.nSeqMax,
       embeddings: p.o.embeddings,
       flashAttn: p.o.flashAttn,
+      kvStreamGaps: p.o.kvStreamGaps,
       closer: this.#closer.signal,
       isOpen: () => this.#state === "open",
     });
@@ -219,6 +220,7 @@ export class Context implements Disposable, AsyncDisposable {
       threads: options.threads,
       kvType: options.kvType ?? "f16",
       flashAttn: options.flashAttn ?? false,
+      kvStreamGaps: options.kvStreamGaps ?? false,
     };
     const id = nextId++;
     const label = `Context #${id} (nCtx ${nCtx}, ${choiceLabel(choice)})`;

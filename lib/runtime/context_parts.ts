@@ -25,6 +25,8 @@ export interface Shape {
   threads?: number;
   kvType: KvType;
   flashAttn: boolean;
+  /** {@link ContextOptions.kvStreamGaps}. */
+  kvStreamGaps: boolean;
 }
 
 /** Everything a new context owns. */

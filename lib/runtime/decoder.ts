@@ -50,6 +50,8 @@ export interface DecoderParts {
   readonly embeddings: boolean;
   /** Flash attention (architectures without a cache; with one, the cache's layout says). */
   readonly flashAttn?: boolean;
+  /** A micro-batch may take streams with gaps (ContextOptions.kvStreamGaps). */
+  readonly kvStreamGaps?: boolean;
   /** Aborted when the context is disposed. */
   readonly closer: AbortSignal;
   /** Whether the context is still open (the cache may be touched). */
@@ -92,6 +94,7 @@ export class Decoder {
   readonly #nSeqMax: number;
   readonly #embeddings: boolean;
   readonly #flashAttn: boolean;
+  readonly #streamGaps: boolean;
   readonly #closer: AbortSignal;
   readonly #isOpen: () => boolean;
   #splitter = new BatchSplitter();
@@ -117,6 +120,7 @@ export class Decoder {
     this.#nSeqMax = p.nSeqMax;
     this.#embeddings = p.embeddings;
     this.#flashAttn = p.flashAttn ?? false;
+    this.#streamGaps = p.kvStreamGaps ?? false;
     this.#closer = p.closer;
     this.#isOpen = p.isOpen;
   }
@@ -219,7 +223,7 @@ export class Decoder {
     const streams = kv.nStream > 1;
     const next = () =>
       streams
-        ? this.#splitter.splitEqual(this.#nUbatch, true)
+        ? this.#splitter.splitEqual(this.#nUbatch, this.#streamGaps ? "ascending" : true)
         : this.#splitter.splitSimple(this.#nUbatch);
     try {
       for (let ub = next(); ub; ub = next()) ubs.push(ub);
@@ -338,7 +342,9 @@ export class Decoder {
     // width and the cell zeroed (llm_graph_input_rs::can_reuse): in the key.
     const rsKey = rs ? `/rs${rs.head},${rs.n},${rs.rsZ},${ub.nSeqs}` : "";
     // The K/V views of a multi-stream slot start at its first stream.
-    const sKey = slot?.ns ? `/s${slot.s0},${slot.ns}` : "";
+    const sKey = slot?.ns
+      ? `/s${slot.s0},${slot.ns}${slot.runs ? `/${slot.runs.join(";")}` : ""}`
+      : "";
     const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}${rsKey}${sKey}`;
     let last = this.#last?.key === key ? this.#last : null;
     // Without a cache a graph of the same shape is reused as it is.

@@ -47,6 +47,15 @@ export interface ContextOptions {
    */
   kvUnified?: boolean;
   /**
+   * With one KV stream per sequence (kvUnified false): whether one
+   * micro-batch may take sequences whose ids have gaps (a server's idle
+   * slots), attention then running once per run of consecutive streams.
+   * Default false: llama.cpp's split_equal, which starts a new micro-batch
+   * at each gap, so that logits match llama.cpp's bit for bit (a token's
+   * sums round differently in a larger matrix product).
+   */
+  kvStreamGaps?: boolean;
+  /**
    * Output final hidden states (after the output norm, llama.cpp's
    * `result_norm`) instead of logits, in {@link DecodeResult.embeddings}.
    * Encoders (bert) always do. Default false.
@@ -156,6 +165,7 @@ const CONTEXT_KEYS = [
   "nUbatch",
   "nSeqMax",
   "kvUnified",
+  "kvStreamGaps",
   "embeddings",
   "threads",
   "kvType",
@@ -178,6 +188,7 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
   c.int("nUbatch", o.nUbatch, 1, INT32_MAX);
   c.int("nSeqMax", o.nSeqMax, 1, MAX_SEQ);
   c.bool("kvUnified", o.kvUnified);
+  c.bool("kvStreamGaps", o.kvStreamGaps);
   c.bool("embeddings", o.embeddings);
   c.int("threads", o.threads, 1, MAX_THREADS);
   c.bool("flashAttn", o.flashAttn);

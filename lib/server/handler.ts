@@ -145,6 +145,8 @@ export function createHandler(options: HandlerOptions): Handler {
     const ctx = await Context.create(model, {
       nSeqMax,
       kvUnified,
+      // An idle slot between busy ones does not split a decode step in two.
+      kvStreamGaps: !kvUnified,
       nBatch: options.batchSize,
       nCtx: perSlot * (kvUnified ? parallel : nSeqMax),
       threads: options.threads,

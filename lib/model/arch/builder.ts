@@ -266,12 +266,11 @@ export class GraphBuilder {
   ): Tensor {
     const g = this.g;
     const n = this.step.nTokens;
-    const { nHead, headDimV } = this.hp;
     let { q, k, v } = qkv;
     const rot = cacheRotation(this.kv, this.hp);
     if (rot.k) q = g.hadamard(q, rot.k), k = g.hadamard(k, rot.k);
     if (rot.v) v = g.hadamard(v, rot.v);
-    let kAll: Tensor, vAll: Tensor;
+    let merged: Tensor;
     if (this.kv) {
       // rope(k) with the V store, then rope(q) with the K store (in this
       // order, so that rope(q) does not reuse the memory the K store reads).
@@ -279,22 +278,62 @@ export class GraphBuilder {
       this.kv.storeV(g, il, v, this.step.slot!);
       g.expand(q);
       this.kv.storeK(g, il, k, this.step.slot!);
-      const { s0 = 0, ns = 1 } = this.step.slot!;
-      kAll = this.kv.kView(g, il, this.step.nKv, s0, ns);
-      vAll = this.kv.vView(g, il, this.step.nKv, s0, ns);
+      const { s0 = 0, ns = 1, runs } = this.step.slot!;
+      const nKv = this.step.nKv;
       // build_attn_mha: the tokens split into the slot's streams (dim 3),
-      // each stream's tokens attending only its own cells.
-      if (ns > 1) {
-        q = g.view(q, [q.ne[0], q.ne[1], n / ns, ns], [q.nb[1], q.nb[2], q.nb[2] * n / ns], 0);
+      // each stream's tokens attending only its own cells. Streams with
+      // gaps between them: once per run of consecutive streams, the runs'
+      // merged heads then joined (token order is stream order).
+      const nTps = n / ns;
+      const part = (first: number, count: number, at: number) => {
+        const qr = g.view(q, [q.ne[0], q.ne[1], nTps, count], [
+          q.nb[1],
+          q.nb[2],
+          q.nb[2] * nTps,
+        ], at * nTps * q.nb[2]);
+        const m = this.mask;
+        const mr = runs
+          ? g.view(m, [m.ne[0], m.ne[1], 1, count], [m.nb[1], m.nb[2], m.nb[3]], at * m.nb[3])
+          : m;
+        const kr = this.kv!.kView(g, il, nKv, first, count);
+        const vr = this.kv!.vView(g, il, nKv, first, count);
+        return this.#attend(runs || count > 1 ? qr : q, kr, vr, mr, kqScale, il, nTps * count);
+      };
+      if (!runs) merged = part(s0, ns, 0);
+      else {
+        let at = 0;
+        merged = part(runs[0][0], runs[0][1], 0);
+        at += runs[0][1];
+        for (let r = 1; r < runs.length; r++) {
+          merged = g.concat(merged, part(runs[r][0], runs[r][1], at), 1);
+          at += runs[r][1];
+        }
       }
     } else {
       // build_attn_mha without a cache: heads outer, and V transposed so
       // one mul_mat per head computes kq·v.
-      kAll = g.permute(k, 0, 2, 1, 3); // [headDimK, n, nHeadKv]
-      vAll = this.flashAttn
+      const kAll = g.permute(k, 0, 2, 1, 3); // [headDimK, n, nHeadKv]
+      const vAll = this.flashAttn
         ? g.permute(v, 0, 2, 1, 3) // [headDimV, n, nHeadKv], cast to F16 below
         : g.cont(g.transpose(g.permute(v, 0, 2, 1, 3))); // [n, headDimV, nHeadKv]
+      merged = this.#attend(q, kAll, vAll, this.mask, kqScale, il, n);
     }
+    if (rot.v) merged = g.hadamard(merged, rot.v); // back from the rotated values
+    return this.cb(this.bias(g.mulMat(this.w(wo), merged), bo), "attn_out", il);
+  }
+
+  // softmax(q·k * kqScale + mask) v with the heads merged: [headDimV * nHead, n].
+  #attend(
+    q: Tensor,
+    kAll: Tensor,
+    vAll: Tensor,
+    mask: Tensor,
+    kqScale: number,
+    il: number,
+    n: number,
+  ): Tensor {
+    const g = this.g;
+    const { nHead, headDimV } = this.hp;
     // Heads become the outer dimension so one mul_mat per head pair does q·k.
     const qh = g.permute(q, 0, 2, 1, 3); // [headDimK, n, nHead(, ns)]
     if (this.flashAttn) {
@@ -304,23 +343,20 @@ export class GraphBuilder {
       // An F32 cache is cast to F16 first, as llama.cpp does.
       const f16 = (t: Tensor) => t.type === GGMLType.F32 ? g.cast(t, GGMLType.F16) : t;
       const fa = this.cb(
-        g.flashAttnExt(qh, f16(kAll), f16(vAll), { mask: this.mask, scale: kqScale }),
+        g.flashAttnExt(qh, f16(kAll), f16(vAll), { mask, scale: kqScale }),
         "fattn",
         il,
       );
-      let merged = this.cb(g.reshape(fa, [headDimV * nHead, n]), "kqv_out", il);
-      if (rot.v) merged = g.hadamard(merged, rot.v); // back from the rotated values
-      return this.cb(this.bias(g.mulMat(this.w(wo), merged), bo), "attn_out", il);
+      return this.cb(g.reshape(fa, [headDimV * nHead, n]), "kqv_out", il);
     }
     let kq = this.cb(g.mulMat(kAll, qh), "kq", il); // [nKv, n, nHead]
-    kq = this.cb(g.softMax(kq, { mask: this.mask, scale: kqScale }), "kq_soft_max", il);
+    kq = this.cb(g.softMax(kq, { mask, scale: kqScale }), "kq_soft_max", il);
     const kqv = this.cb(g.mulMat(vAll, kq), "kqv", il); // [headDimV, n, nHead]
-    const merged = this.cb(
+    return this.cb(
       g.cont(g.permute(kqv, 0, 2, 1, 3), [headDimV * nHead, n]),
       "kqv_out",
       il,
     );
-    return this.cb(this.bias(g.mulMat(this.w(wo), merged), bo), "attn_out", il);
   }
 
   /** Keeps only the output rows (build_inp_out_ids' get_rows), before the last FFN. */
