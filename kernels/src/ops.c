@@ -473,7 +473,9 @@ static void op_set_rows(const le_node *n, const le_compute_params *p) {
         if (d->type == LE_TYPE_F32) {
           memcpy(y, x, (size_t)nc * 4);
         } else if (d->type == LE_TYPE_F16) {
-          le_fp32_to_fp16_row(x, (uint16_t *)y, nc);
+          /* one element per row: the transposed V store, a row call per element is too dear */
+          if (nc == 1) *(uint16_t *)y = le_fp32_to_fp16(*x);
+          else le_fp32_to_fp16_row(x, (uint16_t *)y, nc);
         } else if (d->type == LE_TYPE_BF16) {
           uint16_t *h = (uint16_t *)y;
           for (int64_t k = 0; k < nc; k++) h[k] = le_fp32_to_bf16(x[k]);
