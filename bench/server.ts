@@ -8,7 +8,7 @@
  * (a flat curve: the second is not above the first).
  *
  *   deno task bench:server [--model FILE] [--clients 1,16] [--seconds 20] [--tokens 64]
- *     [--cancel 0.1] [--warmup 10] [--profile DIR] [--flash-attn]
+ *     [--cancel 0.1] [--warmup 10] [--profile DIR] [--flash-attn] [--kv-unified] [--threads N]
  *
  * `--cancel` is the share of requests a client drops mid-stream (they must
  * end cleanly and free their slots); `--profile DIR` writes the server's
@@ -35,6 +35,7 @@ const SPEC = {
       aliases: ["fa"],
       description: "serve with flash attention (llama-server's CPU default)",
     }),
+    threads: flag.int({ min: 1, description: "the server's CPU threads (default: its own)" }),
     "kv-unified": flag.boolean({
       aliases: ["kvu"],
       description: "serve with one KV pool for all slots (default: one stream per slot)",
@@ -119,7 +120,8 @@ if (import.meta.main) {
       const proc = new Deno.Command(Deno.execPath(), {
         args: ["run", "-A", ...prof, serve, "--model", a.model, "--port", "0", "--parallel"]
           .concat([String(Math.max(...counts))], a["flash-attn"] ? ["--flash-attn"] : [])
-          .concat(a["kv-unified"] ? ["--kv-unified"] : []),
+          .concat(a["kv-unified"] ? ["--kv-unified"] : [])
+          .concat(a.threads ? ["--threads", String(a.threads)] : []),
         stdout: "piped",
         stderr: "inherit",
       }).spawn();
