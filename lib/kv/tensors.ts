@@ -57,8 +57,9 @@ interface StoreIds {
   readonly k: Tensor;
   readonly v: Tensor;
   readonly nTok: number;
-  readonly kIds: Int32Array;
-  readonly vIds: Int32Array;
+  // Made by the first storeInputs: graphs only measured or reserved never need them.
+  kIds?: Int32Array;
+  vIds?: Int32Array;
 }
 
 // Checks a slot's cells and streams; calls at(t, s, c) per token.
@@ -204,8 +205,6 @@ export class KvTensors {
         k: g.input("k_idxs", GGMLType.I32, [nTok]),
         v: g.input("v_idxs", GGMLType.I32, [nv]),
         nTok,
-        kIds: new Int32Array(nTok),
-        vIds: new Int32Array(nv),
       };
       this.#ids.set(g, ids);
     }
@@ -259,7 +258,8 @@ export class KvTensors {
     if (slot.idxs.length !== ids.nTok) {
       throw new KvError(`storeInputs: ${slot.idxs.length} cells for ${ids.nTok} tokens`);
     }
-    const { kIds, vIds } = ids;
+    const kIds = ids.kIds ??= new Int32Array(ids.nTok);
+    const vIds = ids.vIds ??= new Int32Array(ids.v.ne[0]);
     forSlot(slot, size, kv.nStream, "storeInputs", (t, s, c) => {
       kIds[t] = s * size + c;
       if (!kv.vTrans) vIds[t] = s * size + c;
