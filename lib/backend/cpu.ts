@@ -10,7 +10,7 @@ import { MAX_PARAMS, MAX_SRC, Op, opSupported } from "../graph/ops.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
 import { byteExtent, HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 import { ggmlTypeInfo } from "../ggml/types.ts";
-import { checkRowIds, validateNode } from "./validate.ts";
+import { checkAllRowIds, validateNode } from "./validate.ts";
 import { WeightRepacker } from "./cpu_repack.ts";
 import { loadLibrary, loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
 import {
@@ -306,7 +306,7 @@ export class CpuBackend implements Backend {
   #encode(nodes: readonly ExecNode[]): Deno.PointerObject {
     if (this.#closed) throw new BackendDisposedError();
     // Row ids are data that change with every step: checked every time.
-    for (let i = 0; i < nodes.length; i++) if (nodes[i].op === Op.SET_ROWS) checkRowIds(nodes[i]);
+    checkAllRowIds(nodes);
     const k = this.#s.programs.findIndex((p) => p.key === nodes);
     if (k < 0 || this.#s.programs[k].cap < nodes.length) {
       if (k >= 0) this.#dropProgram(k);

@@ -85,6 +85,30 @@ function checkNode(node: ExecNode): void {
 }
 
 /**
+ * {@link checkRowIds} for every SET_ROWS node of `nodes`, once per ids
+ * tensor and destination height (every layer's store reads the same ids).
+ */
+export function checkAllRowIds(nodes: readonly ExecNode[]): void {
+  let done: ExecNode[] | null = null;
+  for (let i = 0; i < nodes.length; i++) {
+    const n = nodes[i];
+    if (n.op !== Op.SET_ROWS) continue;
+    if (done?.some((m) => sameIds(m, n))) continue;
+    checkRowIds(n);
+    (done ??= []).push(n);
+  }
+}
+
+// Whether checking n's ids would check exactly what m's check did.
+function sameIds(m: ExecNode, n: ExecNode): boolean {
+  const a = m.src[1], b = n.src[1];
+  if (a.data.buffer !== b.data.buffer || a.data.offset !== b.data.offset) return false;
+  if (m.dst.ne[1] !== n.dst.ne[1] || m.src[0].ne[1] !== n.src[0].ne[1]) return false;
+  for (let i = 0; i < 3; i++) if (a.ne[i] !== b.ne[i] || a.nb[i] !== b.nb[i]) return false;
+  return true;
+}
+
+/**
  * Checks the row ids of a SET_ROWS node against its destination's rows: its
  * kernel writes where they point, and they are data (an input refilled every
  * step), so the host backends (CPU, WebAssembly, reference) run this before

@@ -20,12 +20,12 @@
  *
  * @module
  */
-import { MAX_PARAMS, MAX_SRC, Op, opSupported } from "../graph/ops.ts";
+import { MAX_PARAMS, MAX_SRC, opSupported } from "../graph/ops.ts";
 import { byteExtent, describeBuffer } from "../ggml/memory.ts";
 import { LinearMemoryBuffer } from "../ggml/linear_memory.ts";
 import { ggmlTypeInfo } from "../ggml/types.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
-import { checkRowIds, validateNode } from "./validate.ts";
+import { checkAllRowIds, validateNode } from "./validate.ts";
 import { loadWasmKernels, WasmKernelError, type WasmKernels } from "../../ffi/wasm.ts";
 import {
   LE_CANCELLED,
@@ -232,7 +232,7 @@ export class WasmBackend implements Backend {
    */
   #encode(nodes: readonly ExecNode[], temps: WasmBuffer[]): { addr: number; forget: number[] } {
     // Row ids are data that change with every step: checked every time.
-    for (let i = 0; i < nodes.length; i++) if (nodes[i].op === Op.SET_ROWS) checkRowIds(nodes[i]);
+    checkAllRowIds(nodes);
     const prog = this.#program(nodes);
     const stale: number[] = [], forget: number[] = [];
     for (let i = 0; i < nodes.length; i++) if (prog.encoded[i] !== nodes[i]) stale.push(i);
