@@ -119,20 +119,29 @@ export function checkRowIds(n: ExecNode): void {
   const [a, ids] = n.src, rows = n.dst.ne[1];
   const bytes = ids.data.buffer.bytes;
   if (bytes.byteLength < ids.data.buffer.size) fail(n.name ? ` (${n.name})` : "", "ids unreadable");
-  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const [n0, n1, n2] = [a.ne[1], ids.ne[1], ids.ne[2]];
+  const bad = (i: number, i1: number, i2: number, id: number): never =>
+    fail(
+      n.name ? ` (${n.name})` : "",
+      `set_rows: ids[${i}, ${i1}, ${i2}] = ${id} outside the ${rows} rows of dst`,
+    );
+  const at = bytes.byteOffset + ids.data.offset;
+  if (n1 === 1 && n2 === 1 && (n0 <= 1 || ids.nb[0] === 4) && at % 4 === 0 && LITTLE_ENDIAN) {
+    // One packed vector (the KV stores' ids): a typed-array scan.
+    const v = new Int32Array(bytes.buffer, at, n0);
+    for (let i = 0; i < n0; i++) if (!(v[i] >= 0 && v[i] < rows)) bad(i, 0, 0, v[i]);
+    return;
+  }
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   for (let i2 = 0; i2 < n2; i2++) {
     for (let i1 = 0; i1 < n1; i1++) {
       const base = ids.data.offset + i1 * ids.nb[1] + i2 * ids.nb[2];
       for (let i = 0; i < n0; i++) {
         const id = v.getInt32(base + i * ids.nb[0], true);
-        if (!(id >= 0 && id < rows)) {
-          fail(
-            n.name ? ` (${n.name})` : "",
-            `set_rows: ids[${i}, ${i1}, ${i2}] = ${id} outside the ${rows} rows of dst`,
-          );
-        }
+        if (!(id >= 0 && id < rows)) bad(i, i1, i2, id);
       }
     }
   }
 }
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
