@@ -85,3 +85,26 @@ Deno.test("kv: a graph planned once stores each step's keys and values in that s
   assert.throws(() => kv.moveStores(g, { idxs: [8, 9] }), /out of range/);
   assert.throws(() => kv.storeInputs(g, { idxs: [8, 9] }), /out of range/);
 });
+
+Deno.test("sched: switchTo brings a planned graph back until an arena moves", async () => {
+  using cpu = await CpuBackend.create({ threads: 2 });
+  using sched = new Scheduler([cpu]);
+  const graph = (n: number, s: number) => {
+    const g = new Graph();
+    const x = g.input("x", F32, [n]);
+    const y = g.scale(x, s);
+    g.markOutput(y);
+    return { g, x, y };
+  };
+  const a = graph(8, 2), b = graph(8, 3);
+  assert.equal(sched.switchTo(a.g), false, "never planned");
+  sched.alloc(a.g);
+  sched.alloc(b.g);
+  assert.ok(sched.switchTo(a.g));
+  sched.setInput(a.x, Float32Array.from({ length: 8 }, (_, i) => i));
+  await sched.compute();
+  assert.deepEqual([...sched.read(a.y)], Array.from({ length: 8 }, (_, i) => 2 * i));
+  // A graph that needs more arena than there is: the arena grows, older plans are void.
+  sched.alloc(graph(1 << 16, 1).g);
+  assert.equal(sched.switchTo(a.g), false);
+});

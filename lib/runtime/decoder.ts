@@ -58,6 +58,9 @@ export interface DecoderParts {
   readonly isOpen: () => boolean;
 }
 
+// Graphs kept by shape key (see Decoder.#graphs).
+const MAX_GRAPHS = 8;
+
 // Output rows are cut from slabs of this many bytes: a fresh array per
 // step (16 KiB of logits for a 4096-token vocabulary) costs V8 more than a
 // small model's whole decode step (zeroing, external-memory accounting and
@@ -106,6 +109,10 @@ export class Decoder {
   #mask: Float32Array | Uint16Array = new Float32Array(0);
   // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
   #last: { key: string; g: Graph; io: ArchGraph } | null = null;
+  // Recent graphs by shape key, oldest first: a server's decode steps
+  // alternate between a few shapes (slots going idle and busy again), and
+  // going back to one costs a plan switch (Scheduler.switchTo), not a build.
+  #graphs = new Map<string, { key: string; g: Graph; io: ArchGraph }>();
   /** Values of the debugging taps from the last graph run (ggml element order). */
   readonly lastTaps: Map<string, Float32Array> = new Map();
 
@@ -132,6 +139,7 @@ export class Decoder {
   /** Forgets the reused graph (the scheduler is about to be freed). */
   reset(): void {
     this.#last = null;
+    this.#graphs.clear();
   }
 
   #init(b: Batch, kv: KvCache | RecurrentMemory | null, outputAll: boolean): void {
@@ -347,6 +355,8 @@ export class Decoder {
       : "";
     const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}${rsKey}${sKey}`;
     let last = this.#last?.key === key ? this.#last : null;
+    const cached = last ? null : this.#graphs.get(key);
+    if (cached && sched.switchTo(cached.g)) last = this.#last = cached;
     // Without a cache a graph of the same shape is reused as it is.
     const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
     if (moved) {
@@ -372,6 +382,9 @@ export class Decoder {
       );
       sched.alloc(g);
       last = this.#last = { key, g, io };
+      this.#graphs.delete(key);
+      this.#graphs.set(key, last);
+      if (this.#graphs.size > MAX_GRAPHS) this.#graphs.delete(this.#graphs.keys().next().value!);
     }
     const io = last!.io;
     if (io.tokens) sched.setInput(io.tokens, ub.token!);

@@ -98,6 +98,8 @@ export class Scheduler implements Disposable {
   #arenas = new Map<string, BackendBuffer>();
   #plan: Plan | null = null;
   #allocs = 0;
+  // Each graph's plan, while the arenas it placed tensors in are the current ones.
+  #plans = new WeakMap<Graph, { plan: Plan; allocs: number }>();
 
   /** A scheduler over `backends` (distinct names, highest priority first). */
   constructor(backends: readonly Backend[], opts: SchedulerOptions = {}) {
@@ -153,6 +155,21 @@ export class Scheduler implements Disposable {
     for (const [name, size] of plan.sizes) this.#ensure(name, size);
     this.#resolve(plan);
     this.#plan = plan;
+    this.#plans.set(g, { plan, allocs: this.#allocs });
+  }
+
+  /**
+   * Make the plan {@link alloc} made for `g` current again, as it was left
+   * ({@link update}s included), when every arena is still the one it placed
+   * tensors in; false otherwise (call alloc). For a caller that keeps a few
+   * built graphs and unchanged since, as a decoder does for the shapes of
+   * its steps.
+   */
+  switchTo(g: Graph): boolean {
+    const known = this.#plans.get(g);
+    if (!known || known.allocs !== this.#allocs) return false;
+    this.#plan = known.plan;
+    return true;
   }
 
   /**
@@ -276,6 +293,7 @@ export class Scheduler implements Disposable {
     for (const [name, buf] of this.#arenas) this.#byName.get(name)!.free(buf);
     this.#arenas.clear();
     this.#plan = null;
+    this.#plans = new WeakMap();
   }
 
   #location(t: Tensor): BufferRef {
