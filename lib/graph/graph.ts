@@ -418,10 +418,8 @@ export class Graph {
   }
 
   /**
-   * ggml_set_rows: row `ids[i, i2 % ids.ne1, i3 % ids.ne2]` of plane (i2, i3)
-   * of `dst` becomes row (i, i2, i3) of `a` (F32), converted to dst's type
-   * (one node for a whole micro-batch of KV stores, wherever its cells lie).
-   * The result aliases dst; executing it writes dst's memory. `ids` is I32.
+   * ggml_set_rows: row `ids[i, i2 % ids.ne1, i3 % ids.ne2]` (I32) of plane (i2, i3) of `dst`
+   * becomes row (i, i2, i3) of `a` (F32) converted; the result aliases dst (the KV stores).
    */
   setRows(dst: Tensor, a: Tensor, ids: Tensor): Tensor {
     this.#check(dst), this.#check(a), this.#check(ids);
@@ -581,10 +579,7 @@ export class Graph {
   }
 }
 
-/**
- * The operands a backend sees of node `t`: a copy's (and a set_rows') last
- * source is the destination it writes, which is the node itself.
- */
+/** The operands a backend sees of `t`: a cpy's or set_rows' last source is the node itself. */
 export function execSources(t: Tensor): readonly Tensor[] {
   return t.op === Op.CPY ? t.src.slice(0, 1) : t.op === Op.SET_ROWS ? t.src.slice(0, 2) : t.src;
 }
