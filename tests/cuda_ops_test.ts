@@ -415,7 +415,7 @@ Deno.test("every CUDA op case is a valid node the CUDA op table accepts (runs on
   // Without a GPU this keeps the cases below ready: valid, supported, computable.
   using cpu = await CpuBackend.create({ threads: 1 });
   const list = cases();
-  assert.equal(list.length, 93);
+  assert.equal(list.length, 98);
   for (const c of list) {
     const dst = place(cpu, c.dst), src = c.src.map((s) => place(cpu, s));
     const params = new Int32Array(16);
