@@ -4,7 +4,10 @@
 // ROPE: the cos/sin cache calls glibc's sinf/cosf algorithm
 // (kernels/src/third_party_arm_sincosf.c) instead of wasi-libc's musl, which
 // differs by an ulp for ~1% of angles; checked on 2048 positions up to 131071
-// (angles through both range reductions, |x| < 120 and above).
+// (angles through both range reductions, |x| < 120 and above), and on angles
+// where that code without its fused multiply-adds differs from glibc (found by
+// an exhaustive comparison on the host; the angle enters as freq_scale at
+// position 1, x = (1, 0), so the output is (cos, sin) itself).
 //
 // F16: the wasm F16 dot (kernels/src/wasm_simd.c) sums in its own order and keeps
 // dot_f16_scalar's float only through a certificate that sends doubtful dots
@@ -148,6 +151,43 @@ Deno.test({
           rtol: 0,
         };
         sameFloats(await run(wasm, c), await run(cpu, c), c.name);
+      }
+    } finally {
+      lib.symbols.le_set_simd_level(SimdLevel.BEST);
+    }
+  },
+});
+
+Deno.test({
+  name: wasmTestName("wasm rope equals the cpu backend where an unfused sinf/cosf would not"),
+  ignore,
+  async fn() {
+    const lib = await loadLibrary();
+    using wasm = new WasmBackend(await wasmKernels());
+    using cpu = new CpuBackend({ threads: 1, library: lib });
+    const f = (x: number) => new Int32Array(new Float32Array([x]).buffer)[0];
+    // cosf: 0x1.1475b6p+4 .. 0x1.1475bap+4; sinf: 0x1.ab6152p+5, 0x1.46b80ep+6, 0x1.46ba88p+6
+    const bits = [0x418a3adb, 0x418a3adc, 0x418a3add, 0x4255b0a9, 0x42a35c07, 0x42a35d44];
+    const angles = bits.map((b) => new Float32Array(new Uint32Array([b]).buffer)[0]);
+    lib.symbols.le_set_simd_level(SimdLevel.SCALAR);
+    try {
+      for (const a of angles) {
+        assert.equal(Math.fround(a), a);
+        const c: Case = {
+          name: `rope angle ${a}`,
+          op: Op.ROPE,
+          src: [
+            valuesSpec(GGMLType.F32, [2, 1, 1, 1], [1, 0]),
+            valuesSpec(GGMLType.I32, [1, 1, 1, 1], [1]),
+          ],
+          dst: emptySpec(GGMLType.F32, [2, 1, 1, 1]),
+          params: [2, 0, 4096, f(10000), f(a), f(0), f(1), f(32), f(1)],
+          atol: 0,
+          rtol: 0,
+        };
+        const want = await run(cpu, c);
+        assert.ok(Math.abs(new Float32Array(want.buffer)[0] - Math.cos(a)) < 1e-6, c.name);
+        sameFloats(await run(wasm, c), want, c.name);
       }
     } finally {
       lib.symbols.le_set_simd_level(SimdLevel.BEST);

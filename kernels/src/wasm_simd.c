@@ -224,9 +224,19 @@ static inline float f16_finish(int64_t n, int64_t i, const uint16_t *x, const ui
   }
   const float f = (float)s;
   const double e2 = 2.0 * ((double)a * (double)n * 0x1p-51);
-  const double lo = ((double)f + (double)__builtin_nextafterf(f, -__builtin_inff())) * 0.5;
-  const double hi = ((double)f + (double)__builtin_nextafterf(f, __builtin_inff())) * 0.5;
-  if (n <= (1 << 20) && s - lo > e2 && hi - s > e2) return f;
+  if (a == 0.0f) return f; /* every product +-0: s = +0, as the sequential sum from +0 */
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  /* f's neighbours by its bits (f finite and nonzero; 0, inf and NaN go
+   * the sequential way): s lies between the two midpoints, whichever sign */
+  if (n <= (1 << 20) && (u & 0x7fffffffu) != 0 && (u & 0x7f800000u) != 0x7f800000u) {
+    const uint32_t ua = u + 1, ub = u - 1;
+    float fa, fb;
+    __builtin_memcpy(&fa, &ua, 4);
+    __builtin_memcpy(&fb, &ub, 4);
+    const double ma = ((double)f + (double)fa) * 0.5, mb = ((double)f + (double)fb) * 0.5;
+    if (__builtin_fabs(ma - s) > e2 && __builtin_fabs(s - mb) > e2) return f;
+  }
   return f16_dot_seq(n, x, y);
 }
 
