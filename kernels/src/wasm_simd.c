@@ -196,10 +196,28 @@ static inline f16_acc f16_acc_zero(void) {
   return z;
 }
 
-static inline void f16_acc_add(f16_acc *c, v128_t p) {
+static inline void f16_acc_sum(f16_acc *c, v128_t p) {
   c->d0 = wasm_f64x2_add(c->d0, wasm_f64x2_promote_low_f32x4(p));
   c->d1 = wasm_f64x2_add(c->d1, wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(p, p, 2, 3, 2, 3)));
+}
+
+static inline void f16_acc_add(f16_acc *c, v128_t p) {
+  f16_acc_sum(c, p);
   c->a = wasm_f32x4_add(c->a, wasm_f32x4_abs(p));
+}
+
+static inline float hsum_f32x4(v128_t v) {
+  return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
+         (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
+}
+
+/* The largest magnitude among the halves whose magnitude bits big holds
+ * (u16 max lanes from h2f8), as a float. */
+static inline float h_max(v128_t big) {
+  v128_t m = wasm_u16x8_max(big, wasm_i32x4_shuffle(big, big, 2, 3, 0, 1));
+  m = wasm_u16x8_max(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
+  m = wasm_u16x8_max(m, wasm_i16x8_shuffle(m, m, 1, 0, 3, 2, 5, 4, 7, 6));
+  return le_wasm_h2f((uint16_t)wasm_u16x8_extract_lane(m, 0));
 }
 
 static float f16_dot_seq(int64_t n, const uint16_t *x, const uint16_t *y) {
@@ -209,14 +227,13 @@ static float f16_dot_seq(int64_t n, const uint16_t *x, const uint16_t *y) {
 }
 
 /* The float of c + elements [i, n) (the tail, < 8), certified as above, or
- * the sequential dot when the certificate fails. */
+ * the sequential dot when the certificate fails. a: the float bound of
+ * sum |p| over elements [0, i). */
 static inline float f16_finish(int64_t n, int64_t i, const uint16_t *x, const uint16_t *y,
-                               f16_acc c, int special) {
+                               f16_acc c, float a, int special) {
   if (special) return f16_dot_seq(n, x, y);
   const v128_t d = wasm_f64x2_add(c.d0, c.d1);
   double s = wasm_f64x2_extract_lane(d, 0) + wasm_f64x2_extract_lane(d, 1);
-  float a = (wasm_f32x4_extract_lane(c.a, 0) + wasm_f32x4_extract_lane(c.a, 1)) +
-            (wasm_f32x4_extract_lane(c.a, 2) + wasm_f32x4_extract_lane(c.a, 3));
   for (; i < n; i++) {
     const float p = le_wasm_h2f(x[i]) * le_wasm_h2f(y[i]);
     s += (double)p;
@@ -243,13 +260,18 @@ static inline float f16_finish(int64_t n, int64_t i, const uint16_t *x, const ui
 /* Four outputs: x + r * sx against y + r * sy, r < 4, where one of the
  * strides is 0 (four rows against one column, or one row against four
  * columns): the shared operand is converted once per 8 elements. The
- * accumulators are named variables so that they stay in wasm locals. */
+ * accumulators are named variables so that they stay in wasm locals. S is
+ * bounded by max |v_r| * sum |s| (the other operand's largest half, from
+ * the u16 max h2f8 keeps anyway, times the shared operand's float abs-sum),
+ * which saves an abs and an add per four products and per output. */
 #define F16_STEP4(c, xv, yv) f16_acc_add(&(c), wasm_f32x4_mul(xv, yv))
+#define F16_SUM4(c, xv, yv) f16_acc_sum(&(c), wasm_f32x4_mul(xv, yv))
 static inline __attribute__((always_inline)) void f16_dots4(int64_t n, const uint16_t *x,
                                                             size_t sx, const uint16_t *y,
                                                             size_t sy, float *out, size_t so) {
   f16_acc c0 = f16_acc_zero(), c1 = c0, c2 = c0, c3 = c0;
   v128_t bs = wasm_i16x8_splat(0), b0 = bs, b1 = bs, b2 = bs, b3 = bs;
+  v128_t sabs = wasm_f32x4_splat(0.0f);
   const int shared_y = sy == 0;
   const uint16_t *s = shared_y ? y : x; /* shared operand */
   const uint16_t *v = shared_y ? x : y; /* one per output */
@@ -262,20 +284,22 @@ static inline __attribute__((always_inline)) void f16_dots4(int64_t n, const uin
     h2f8(v + sv + i, &l1, &h1, &b1);
     h2f8(v + 2 * sv + i, &l2, &h2, &b2);
     h2f8(v + 3 * sv + i, &l3, &h3, &b3);
-    F16_STEP4(c0, l0, sl);
-    F16_STEP4(c1, l1, sl);
-    F16_STEP4(c2, l2, sl);
-    F16_STEP4(c3, l3, sl);
-    F16_STEP4(c0, h0, sh);
-    F16_STEP4(c1, h1, sh);
-    F16_STEP4(c2, h2, sh);
-    F16_STEP4(c3, h3, sh);
+    sabs = wasm_f32x4_add(sabs, wasm_f32x4_add(wasm_f32x4_abs(sl), wasm_f32x4_abs(sh)));
+    F16_SUM4(c0, l0, sl);
+    F16_SUM4(c1, l1, sl);
+    F16_SUM4(c2, l2, sl);
+    F16_SUM4(c3, l3, sl);
+    F16_SUM4(c0, h0, sh);
+    F16_SUM4(c1, h1, sh);
+    F16_SUM4(c2, h2, sh);
+    F16_SUM4(c3, h3, sh);
   }
   const int ss = h_special(bs);
-  out[0] = f16_finish(n, i, x, y, c0, ss || h_special(b0));
-  out[so] = f16_finish(n, i, x + sx, y + sy, c1, ss || h_special(b1));
-  out[2 * so] = f16_finish(n, i, x + 2 * sx, y + 2 * sy, c2, ss || h_special(b2));
-  out[3 * so] = f16_finish(n, i, x + 3 * sx, y + 3 * sy, c3, ss || h_special(b3));
+  const float sa = hsum_f32x4(sabs);
+  out[0] = f16_finish(n, i, x, y, c0, h_max(b0) * sa, ss || h_special(b0));
+  out[so] = f16_finish(n, i, x + sx, y + sy, c1, h_max(b1) * sa, ss || h_special(b1));
+  out[2 * so] = f16_finish(n, i, x + 2 * sx, y + 2 * sy, c2, h_max(b2) * sa, ss || h_special(b2));
+  out[3 * so] = f16_finish(n, i, x + 3 * sx, y + 3 * sy, c3, h_max(b3) * sa, ss || h_special(b3));
 }
 
 float le_dot_f16_wasm(int64_t n, const uint16_t *x, const uint16_t *y) {
@@ -292,7 +316,7 @@ float le_dot_f16_wasm(int64_t n, const uint16_t *x, const uint16_t *y) {
   c0.d0 = wasm_f64x2_add(c0.d0, c1.d0);
   c0.d1 = wasm_f64x2_add(c0.d1, c1.d1);
   c0.a = wasm_f32x4_add(c0.a, c1.a);
-  return f16_finish(n, i, x, y, c0, h_special(big));
+  return f16_finish(n, i, x, y, c0, hsum_f32x4(c0.a), h_special(big));
 }
 
 static void f16_t41(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
