@@ -85,6 +85,7 @@ export {
 
 // ---- GGUF files and ggml types ----------------------------------------------
 export {
+  type CopyOptions,
   type GGUFArray,
   GGUFError,
   type GGUFHeader,

@@ -4,11 +4,11 @@
  * peak RSS is its own); repetitions alternate between the engines and the
  * medians are compared.
  *
- *   deno task bench [--model FILE] [--threads T] [-p 512] [-n 128] [--depth 0] [--reps 3]
- *     [--types q8_0,q4_0,...] [--json] [--no-tokenizer] [--no-sampling]
+ *   deno task bench [--model FILE | --shape 125m|1.1b] [--threads T] [-p 512] [-n 128]
+ *     [--depth 0] [--reps 3] [--types q8_0,q4_0,...] [--json] [--no-tokenizer] [--no-sampling]
  *
- * Without --model a ~125M-parameter random llama (f16) is generated once
- * under .cache/bench. --types also quantizes that file with llama.cpp's
+ * Without --model a random llama (f16) of the `--shape` (default 125m; 1.1b
+ * is TinyLlama's shape) is generated once under .cache/bench. --types also quantizes that file with llama.cpp's
  * quantizer and benchmarks every listed type. The tokenizer (MB/s) and the
  * sampler chain / grammar per-token costs are measured too. `--depth N`
  * times pp and tg with N tokens already in the context (llama-bench's -d).
@@ -300,6 +300,16 @@ const FTYPES: Record<string, string> = {
   q5_1: "Q5_1",
 };
 
+// The random models' shapes: 125m is writeRandomLlama's default; 1.1b is
+// TinyLlama-1.1B's (the issue's "1.1B-shape random llama").
+const SHAPES: Record<
+  string,
+  { nEmbd?: number; nLayer?: number; nHead?: number; nHeadKv?: number; nFF?: number }
+> = {
+  "125m": {},
+  "1.1b": { nEmbd: 2048, nLayer: 22, nHead: 32, nHeadKv: 4, nFF: 5632 },
+};
+
 const SPEC = {
   name: "bench",
   summary: "Benchmarks llm-edge next to llama.cpp (pp/tg tokens/s, peak RSS, load time), " +
@@ -331,6 +341,10 @@ const SPEC = {
       default: 0,
       description: "tokens already in the context when pp and tg are timed",
     }),
+    shape: flag.choice(["125m", "1.1b"], {
+      default: "125m",
+      description: "without --model: the random llama's shape (1.1b = TinyLlama's)",
+    }),
     json: flag.boolean({ description: "print the results as one JSON document" }),
     reps: flag.int({ min: 1, default: 3, description: "repetitions per engine (medians kept)" }),
     types: flag.string({
@@ -357,6 +371,9 @@ export function main(args: string[]): Promise<number> {
       }
     }
     if (a.child && !a.model) throw new UsageError("--child needs --model");
+    if (a.model && a.shape !== "125m") {
+      throw new UsageError("--shape and --model exclude each other");
+    }
     return await run(a, types);
   });
 }
@@ -368,6 +385,7 @@ async function run(
     pp: number;
     tg: number;
     depth: number;
+    shape: string;
     reps: number;
     json: boolean;
     child?: string;
@@ -390,13 +408,14 @@ async function run(
     const { writeRandomLlama } = await import("../lib/model/random.ts");
     const dir = join(ROOT, ".cache", "bench");
     Deno.mkdirSync(dir, { recursive: true });
-    model = join(dir, "random-125m-f16.gguf");
+    model = join(dir, `random-${a.shape}-f16.gguf`);
     try {
       Deno.statSync(model);
     } catch {
-      console.error(`bench: writing a random 125M llama to ${model} ...`);
+      console.error(`bench: writing a random ${a.shape} llama to ${model} ...`);
       await writeRandomLlama(model, {
         type: "f16",
+        ...SHAPES[a.shape],
         tokenizerFrom: join(ROOT, "..", "shared", "fixtures", "models", "llama-2-tiny-random.gguf"),
       });
     }

@@ -1,9 +1,8 @@
 // The WebAssembly backend's kernels: every op case of tests/ops_cases.ts
 // against the float64 reference backend (the CPU tests' tolerances) and bit
 // for bit against the CPU backend at its scalar level (the same C, so the
-// same operation order) — except ROPE, whose sinf/cosf come from the libm
-// each side links (wasi-libc's musl vs the host's glibc: about 1% of angles
-// differ by an ulp), held to a few ulps; the row helpers (quantize,
+// same operation order; ROPE's sinf/cosf in wasm are glibc's algorithm,
+// kernels/src/third_party_arm_sincosf.c); the row helpers (quantize,
 // dequantize, vec_dot) for every type; memory growth, the 4 GiB limit and one
 // thread. Skipped, naming the missing tool, only where the wasm toolchain is
 // absent.
@@ -35,22 +34,9 @@ function within(c: Case, got: number[], want: number[]): void {
   }
 }
 
-// ROPE's f32 outputs: wasm and cpu within 4 ulps (libm sinf/cosf differ by one now and then).
-function ropeClose(c: Case, got: Uint8Array, want: Uint8Array): number {
-  const a = new Float32Array(got.buffer), b = new Float32Array(want.buffer);
-  let differ = 0;
-  for (let i = 0; i < b.length; i++) {
-    if (Object.is(a[i], b[i])) continue;
-    differ++;
-    const ulp = Math.max(Math.abs(b[i]), 2 ** -126) * 2 ** -23;
-    assert.ok(Math.abs(a[i] - b[i]) <= 4 * ulp, `${c.name}: element ${i} wasm ${a[i]} cpu ${b[i]}`);
-  }
-  return differ;
-}
-
 Deno.test({
   name: wasmTestName(
-    "wasm ops match the reference and the cpu scalar level bit for bit (rope: 4 ulps)",
+    "wasm ops match the reference and the cpu scalar level bit for bit",
   ),
   ignore,
   async fn() {
@@ -64,9 +50,7 @@ Deno.test({
       for (const c of CASES) {
         const got = await run(wasm, c);
         within(c, readDst(c, got), readDst(c, await run(ref, c)));
-        const want = await run(cpu, c);
-        if (c.op === Op.ROPE && c.dst.type === GGMLType.F32) ropeClose(c, got, want);
-        else assert.deepEqual(got, want, `${c.name}: wasm differs from cpu scalar`);
+        assert.deepEqual(got, await run(cpu, c), `${c.name}: wasm differs from cpu scalar`);
       }
     } finally {
       lib.symbols.le_set_simd_level(SimdLevel.BEST);

@@ -41,6 +41,8 @@ static inline v128_t le_wasm_dot_i8x16(v128_t a, v128_t b) {
 extern const le_gemm_tiles le_q8_0_tiles_wasm, le_q4_0_tiles_wasm;
 /* F16 mul_mat tiles in dot_f16_scalar's order (wasm_simd.c). */
 extern const le_gemm_tiles le_f16_tiles_wasm;
+/* dot_f16_scalar's result (the same float, certified; wasm_simd.c). */
+float le_dot_f16_wasm(int64_t n, const uint16_t *x, const uint16_t *y);
 /* Q4_K and Q6_K vec_dots in their scalar (generic C) order (wasm_simd.c). */
 void le_dot_q4_k_wasm(int64_t n, float *s, const void *vx, const void *vy);
 void le_dot_q6_k_wasm(int64_t n, float *s, const void *vx, const void *vy);

@@ -5,6 +5,16 @@
 #include "vnorm.h"
 
 #include <stdio.h>
+#if defined(__wasm__)
+/* wasi-libc's musl sinf/cosf differ from x86-64 glibc's by an ulp now and
+ * then; ROPE takes glibc's algorithm (PARITY.md §20). */
+#include "third_party_arm_sincosf.h"
+#define LE_ROPE_COSF le_arm_cosf
+#define LE_ROPE_SINF le_arm_sinf
+#else
+#define LE_ROPE_COSF cosf
+#define LE_ROPE_SINF sinf
+#endif
 
 #define ROW(t, i1, i2, i3) \
   ((char *)(uintptr_t)(t)->data + (i1) * (t)->nb[1] + (i2) * (t)->nb[2] + (i3) * (t)->nb[3])
@@ -299,8 +309,8 @@ static void rope_cache(float pos, const le_node *n, const float *ff, int64_t ne0
         mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
       }
     }
-    cache[i0] = cosf(th) * mscale;
-    cache[i0 + 1] = sinf(th) * mscale;
+    cache[i0] = LE_ROPE_COSF(th) * mscale;
+    cache[i0 + 1] = LE_ROPE_SINF(th) * mscale;
     theta *= theta_scale;
   }
 }

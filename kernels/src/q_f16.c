@@ -23,21 +23,9 @@ __attribute__((constructor)) static void le_wasm_f16_table_init(void) {
   for (uint32_t h = 0; h < 65536; h++) le_wasm_f16_table[h] = le_fp16_to_fp32((uint16_t)h);
 }
 
-/* dot_f16_scalar with 4 conversions and products at a time; the double sum
- * stays element by element, in order. */
+/* dot_f16_scalar's float, through wasm_simd.c's certified fast order. */
 static void dot_f16_wasm(int64_t n, float *s, const void *vx, const void *vy) {
-  const uint16_t *x = vx, *y = vy;
-  double sum = 0.0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const v128_t p = wasm_f32x4_mul(le_wasm_h2f4(x + i), le_wasm_h2f4(y + i));
-    sum += (double)wasm_f32x4_extract_lane(p, 0);
-    sum += (double)wasm_f32x4_extract_lane(p, 1);
-    sum += (double)wasm_f32x4_extract_lane(p, 2);
-    sum += (double)wasm_f32x4_extract_lane(p, 3);
-  }
-  for (; i < n; i++) sum += (double)(le_wasm_h2f(x[i]) * le_wasm_h2f(y[i]));
-  *s = (float)sum;
+  *s = le_dot_f16_wasm(n, vx, vy);
 }
 static void cvt_to_f32_wasm(const uint16_t *x, float *y, int64_t n) {
   int64_t i = 0;

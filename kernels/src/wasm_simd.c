@@ -142,44 +142,181 @@ static inline void store4(float *s, size_t stride, v128_t v) {
 TILES(q8_0, 0)
 TILES(q4_0, 1)
 
-/* ---- F16 weights against F16 activations: dot_f16_scalar per output
- * (products in float, summed into a double element by element, in order).
- * Four outputs run as four lanes: the products of 4 elements of 4 outputs
- * are transposed so that each step adds one element to every output, in
- * two f64x2 accumulators: four dependency chains instead of one. */
+/* ---- F16 dots (weights and activations both F16): what dot_f16_scalar
+ * returns, bit for bit, without its one long double dependency chain.
+ * dot_f16_scalar (llama.cpp's x64 ggml_vec_dot_f16) forms each product in
+ * float and adds it into a double, element by element. Here the products
+ * (the same floats: a product of two halves is exact in float) go into
+ * independent f64x2 accumulators, 8 or more partial sums added at the end,
+ * and a certificate decides whether that different order can round to a
+ * different float:
+ *
+ * Any summation order of n doubles is within g = (n-1)u / (1-(n-1)u) * S of
+ * the exact sum (u = 2^-53, S = sum |p_i|; Higham, Accuracy and Stability,
+ * 4.2). So the sequential double and ours are both within g of the exact
+ * sum, hence within 2g of each other. If the float that ours rounds to, f,
+ * has both rounding boundaries (the midpoints to its neighbours) farther
+ * than 2g from ours, the sequential double rounds to f too. S comes from
+ * float lanes (relative error below n 2^-24 <= 1/16 for n <= 2^20); the
+ * bound used, E = n 2^-51 S_float, covers 2g with a factor above 1.8, and
+ * the comparison asks for 2E of room so that its own rounding cannot
+ * matter. A dot that fails (a sum within ~1e-12 relative of a float
+ * midpoint, an exact zero from cancelling products, inf or NaN inputs,
+ * n > 2^20) is recomputed in the sequential order. */
 
-/* t[j] = lane j of p0..p3 (the 4x4 transpose). */
-static inline void transpose4(v128_t p0, v128_t p1, v128_t p2, v128_t p3, v128_t t[4]) {
-  const v128_t a = wasm_i32x4_shuffle(p0, p1, 0, 4, 1, 5), b = wasm_i32x4_shuffle(p0, p1, 2, 6, 3, 7);
-  const v128_t c = wasm_i32x4_shuffle(p2, p3, 0, 4, 1, 5), d = wasm_i32x4_shuffle(p2, p3, 2, 6, 3, 7);
-  t[0] = wasm_i32x4_shuffle(a, c, 0, 1, 4, 5);
-  t[1] = wasm_i32x4_shuffle(a, c, 2, 3, 6, 7);
-  t[2] = wasm_i32x4_shuffle(b, d, 0, 1, 4, 5);
-  t[3] = wasm_i32x4_shuffle(b, d, 2, 3, 6, 7);
+/* 8 halves as two f32x4 (elements 0..3, 4..7) for finite halves: each
+ * sign-extended to 32 bits and shifted left by 13 puts the sign in bit 31
+ * and the exponent and mantissa in bits 27..13; bits 30..28 (copies of the
+ * sign) cleared, that float is the half times 2^-112, scaled back exactly
+ * (subnormal halves too). Halves with exponent 31 (inf, NaN) come out
+ * finite and wrong; *big collects every lane's magnitude bits (u16 max) so
+ * that the caller recomputes such a dot in the sequential order. */
+static inline void h2f8(const uint16_t *p, v128_t *lo, v128_t *hi, v128_t *big) {
+  const v128_t h = wasm_v128_load(p);
+  const v128_t keep = wasm_i32x4_splat((int32_t)0x8fffffff);
+  const v128_t scale = wasm_f32x4_splat(0x1p112f);
+  *big = wasm_u16x8_max(*big, wasm_v128_and(h, wasm_i16x8_splat(0x7fff)));
+  *lo = wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shl(wasm_i32x4_extend_low_i16x8(h), 13), keep), scale);
+  *hi = wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shl(wasm_i32x4_extend_high_i16x8(h), 13), keep), scale);
 }
 
-/* Four dots: lane k = dot(a_k, b_k) where a_k = a + k * sa, b_k = b + k * sb (halves). */
-static inline void f16_dots4(int64_t n, const uint16_t *a, size_t sa, const uint16_t *b, size_t sb,
-                             float *out, size_t so) {
-  v128_t s01 = wasm_f64x2_splat(0.0), s23 = s01;
+/* Whether any lane of big (from h2f8) is an inf or NaN half. */
+static inline int h_special(v128_t big) {
+  return wasm_v128_any_true(wasm_u16x8_ge(big, wasm_i16x8_splat(0x7c00)));
+}
+
+/* One output's partial sums: d0 (products 0, 1 of each 4), d1 (2, 3) in
+ * double, a (|products|) in float. */
+typedef struct {
+  v128_t d0, d1, a;
+} f16_acc;
+
+static inline f16_acc f16_acc_zero(void) {
+  const f16_acc z = {wasm_f64x2_splat(0.0), wasm_f64x2_splat(0.0), wasm_f32x4_splat(0.0f)};
+  return z;
+}
+
+static inline void f16_acc_sum(f16_acc *c, v128_t p) {
+  c->d0 = wasm_f64x2_add(c->d0, wasm_f64x2_promote_low_f32x4(p));
+  c->d1 = wasm_f64x2_add(c->d1, wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(p, p, 2, 3, 2, 3)));
+}
+
+static inline void f16_acc_add(f16_acc *c, v128_t p) {
+  f16_acc_sum(c, p);
+  c->a = wasm_f32x4_add(c->a, wasm_f32x4_abs(p));
+}
+
+static inline float hsum_f32x4(v128_t v) {
+  return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
+         (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
+}
+
+/* The largest magnitude among the halves whose magnitude bits big holds
+ * (u16 max lanes from h2f8), as a float. */
+static inline float h_max(v128_t big) {
+  v128_t m = wasm_u16x8_max(big, wasm_i32x4_shuffle(big, big, 2, 3, 0, 1));
+  m = wasm_u16x8_max(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
+  m = wasm_u16x8_max(m, wasm_i16x8_shuffle(m, m, 1, 0, 3, 2, 5, 4, 7, 6));
+  return le_wasm_h2f((uint16_t)wasm_u16x8_extract_lane(m, 0));
+}
+
+static float f16_dot_seq(int64_t n, const uint16_t *x, const uint16_t *y) {
+  double sum = 0.0;
+  for (int64_t e = 0; e < n; e++) sum += (double)(le_wasm_h2f(x[e]) * le_wasm_h2f(y[e]));
+  return (float)sum;
+}
+
+/* The float of c + elements [i, n) (the tail, < 8), certified as above, or
+ * the sequential dot when the certificate fails. a: the float bound of
+ * sum |p| over elements [0, i). */
+static inline float f16_finish(int64_t n, int64_t i, const uint16_t *x, const uint16_t *y,
+                               f16_acc c, float a, int special) {
+  if (special) return f16_dot_seq(n, x, y);
+  const v128_t d = wasm_f64x2_add(c.d0, c.d1);
+  double s = wasm_f64x2_extract_lane(d, 0) + wasm_f64x2_extract_lane(d, 1);
+  for (; i < n; i++) {
+    const float p = le_wasm_h2f(x[i]) * le_wasm_h2f(y[i]);
+    s += (double)p;
+    a += __builtin_fabsf(p);
+  }
+  const float f = (float)s;
+  const double e2 = 2.0 * ((double)a * (double)n * 0x1p-51);
+  if (a == 0.0f) return f; /* every product +-0: s = +0, as the sequential sum from +0 */
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  /* f's neighbours by its bits (f finite and nonzero; 0, inf and NaN go
+   * the sequential way): s lies between the two midpoints, whichever sign */
+  if (n <= (1 << 20) && (u & 0x7fffffffu) != 0 && (u & 0x7f800000u) != 0x7f800000u) {
+    const uint32_t ua = u + 1, ub = u - 1;
+    float fa, fb;
+    __builtin_memcpy(&fa, &ua, 4);
+    __builtin_memcpy(&fb, &ub, 4);
+    const double ma = ((double)f + (double)fa) * 0.5, mb = ((double)f + (double)fb) * 0.5;
+    if (__builtin_fabs(ma - s) > e2 && __builtin_fabs(s - mb) > e2) return f;
+  }
+  return f16_dot_seq(n, x, y);
+}
+
+/* Four outputs: x + r * sx against y + r * sy, r < 4, where one of the
+ * strides is 0 (four rows against one column, or one row against four
+ * columns): the shared operand is converted once per 8 elements. The
+ * accumulators are named variables so that they stay in wasm locals. S is
+ * bounded by max |v_r| * sum |s| (the other operand's largest half, from
+ * the u16 max h2f8 keeps anyway, times the shared operand's float abs-sum),
+ * which saves an abs and an add per four products and per output. */
+#define F16_STEP4(c, xv, yv) f16_acc_add(&(c), wasm_f32x4_mul(xv, yv))
+#define F16_SUM4(c, xv, yv) f16_acc_sum(&(c), wasm_f32x4_mul(xv, yv))
+static inline __attribute__((always_inline)) void f16_dots4(int64_t n, const uint16_t *x,
+                                                            size_t sx, const uint16_t *y,
+                                                            size_t sy, float *out, size_t so) {
+  f16_acc c0 = f16_acc_zero(), c1 = c0, c2 = c0, c3 = c0;
+  v128_t bs = wasm_i16x8_splat(0), b0 = bs, b1 = bs, b2 = bs, b3 = bs;
+  v128_t sabs = wasm_f32x4_splat(0.0f);
+  const int shared_y = sy == 0;
+  const uint16_t *s = shared_y ? y : x; /* shared operand */
+  const uint16_t *v = shared_y ? x : y; /* one per output */
+  const size_t sv = shared_y ? sx : sy;
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    v128_t p[4], t[4];
-    for (int k = 0; k < 4; k++)
-      p[k] = wasm_f32x4_mul(le_wasm_h2f4(a + k * sa + i), le_wasm_h2f4(b + k * sb + i));
-    transpose4(p[0], p[1], p[2], p[3], t);
-    for (int j = 0; j < 4; j++) {
-      s01 = wasm_f64x2_add(s01, wasm_f64x2_promote_low_f32x4(t[j]));
-      s23 = wasm_f64x2_add(s23, wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(t[j], t[j], 2, 3, 0, 1)));
-    }
+  for (; i + 8 <= n; i += 8) {
+    v128_t sl, sh, l0, h0, l1, h1, l2, h2, l3, h3;
+    h2f8(s + i, &sl, &sh, &bs);
+    h2f8(v + i, &l0, &h0, &b0);
+    h2f8(v + sv + i, &l1, &h1, &b1);
+    h2f8(v + 2 * sv + i, &l2, &h2, &b2);
+    h2f8(v + 3 * sv + i, &l3, &h3, &b3);
+    sabs = wasm_f32x4_add(sabs, wasm_f32x4_add(wasm_f32x4_abs(sl), wasm_f32x4_abs(sh)));
+    F16_SUM4(c0, l0, sl);
+    F16_SUM4(c1, l1, sl);
+    F16_SUM4(c2, l2, sl);
+    F16_SUM4(c3, l3, sl);
+    F16_SUM4(c0, h0, sh);
+    F16_SUM4(c1, h1, sh);
+    F16_SUM4(c2, h2, sh);
+    F16_SUM4(c3, h3, sh);
   }
-  double sum[4] = {wasm_f64x2_extract_lane(s01, 0), wasm_f64x2_extract_lane(s01, 1),
-                   wasm_f64x2_extract_lane(s23, 0), wasm_f64x2_extract_lane(s23, 1)};
-  for (int k = 0; k < 4; k++) {
-    for (int64_t e = i; e < n; e++)
-      sum[k] += (double)(le_wasm_h2f(a[k * sa + e]) * le_wasm_h2f(b[k * sb + e]));
-    out[k * so] = (float)sum[k];
+  const int ss = h_special(bs);
+  const float sa = hsum_f32x4(sabs);
+  out[0] = f16_finish(n, i, x, y, c0, h_max(b0) * sa, ss || h_special(b0));
+  out[so] = f16_finish(n, i, x + sx, y + sy, c1, h_max(b1) * sa, ss || h_special(b1));
+  out[2 * so] = f16_finish(n, i, x + 2 * sx, y + 2 * sy, c2, h_max(b2) * sa, ss || h_special(b2));
+  out[3 * so] = f16_finish(n, i, x + 3 * sx, y + 3 * sy, c3, h_max(b3) * sa, ss || h_special(b3));
+}
+
+float le_dot_f16_wasm(int64_t n, const uint16_t *x, const uint16_t *y) {
+  f16_acc c0 = f16_acc_zero(), c1 = c0;
+  v128_t big = wasm_i16x8_splat(0);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v128_t xl, xh, yl, yh;
+    h2f8(x + i, &xl, &xh, &big);
+    h2f8(y + i, &yl, &yh, &big);
+    F16_STEP4(c0, xl, yl);
+    F16_STEP4(c1, xh, yh);
   }
+  c0.d0 = wasm_f64x2_add(c0.d0, c1.d0);
+  c0.d1 = wasm_f64x2_add(c0.d1, c1.d1);
+  c0.a = wasm_f32x4_add(c0.a, c1.a);
+  return f16_finish(n, i, x, y, c0, hsum_f32x4(c0.a), h_special(big));
 }
 
 static void f16_t41(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
@@ -188,14 +325,12 @@ static void f16_t41(int64_t n, float *s, size_t bs, const void *x, size_t bx, co
 }
 static void f16_t11(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                     size_t by) {
-  const uint16_t *a = x, *b = y;
-  double sum = 0.0;
-  for (int64_t e = 0; e < n; e++) sum += (double)(le_wasm_h2f(a[e]) * le_wasm_h2f(b[e]));
-  *s = (float)sum;
+  *s = le_dot_f16_wasm(n, x, y);
 }
 static void f16_t44(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                     size_t by) {
-  for (int c = 0; c < 4; c++) f16_dots4(n, x, bx / 2, (const uint16_t *)((const char *)y + c * by), 0, s + c * bs, 1);
+  for (int c = 0; c < 4; c++)
+    f16_dots4(n, x, bx / 2, (const uint16_t *)((const char *)y + c * by), 0, s + c * bs, 1);
 }
 static void f16_t14(int64_t n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                     size_t by) {

@@ -26,8 +26,16 @@ export {
   type ParseOptions,
   readGGUF,
 } from "./reader.ts";
-export { ggufFromBytes, GGUFModelFile, openGGUF, SPLIT_KEYS, splitPath } from "./model_file.ts";
+export {
+  ggufFromBytes,
+  ggufFromStream,
+  GGUFModelFile,
+  openGGUF,
+  SPLIT_KEYS,
+  splitPath,
+} from "./model_file.ts";
 export type { MappedFile } from "./mmap.ts";
+export type { CopyOptions } from "./wasm_file.ts";
 export {
   type EncodedHeader,
   encodeGGUFHeader,

@@ -9,7 +9,7 @@ import type { GGUFHeaderData, GGUFTensorInfo } from "./header.ts";
 import { mapFile, type MappedFile } from "./mmap.ts";
 import { loadLibrary } from "../../ffi/library.ts";
 import { ffiAvailable } from "../../ffi/wasm.ts";
-import { bytesIntoWasm, readFileIntoWasm } from "./wasm_file.ts";
+import { bytesIntoWasm, type CopyOptions, readFileIntoWasm, streamIntoWasm } from "./wasm_file.ts";
 import { parseGGUF, readGGUF } from "./reader.ts";
 
 /** Keys llama.cpp's gguf-split writes into every split. */
@@ -87,7 +87,7 @@ export class GGUFModelFile implements Disposable {
  * Opens a GGUF model: reads and validates the header(s), follows split files
  * (`*-00001-of-0000N.gguf`, as gguf-split writes them) and maps every file.
  */
-export async function openGGUF(path: string): Promise<GGUFModelFile> {
+export async function openGGUF(path: string, options: CopyOptions = {}): Promise<GGUFModelFile> {
   const first = await readGGUF(path);
   const count = first.get(SPLIT_KEYS.count) ? first.number(SPLIT_KEYS.count) : 1;
   const paths = [path];
@@ -134,7 +134,7 @@ export async function openGGUF(path: string): Promise<GGUFModelFile> {
   try {
     if (!ffiAvailable()) {
       // No FFI (no --allow-ffi, not Deno): the files go into the WebAssembly kernels' memory.
-      for (const p of paths) maps.push(await readFileIntoWasm(p));
+      for (const p of paths) maps.push(await readFileIntoWasm(p, options));
       return new GGUFModelFile(header, paths, maps);
     }
     // The async loader builds the native library on first use when needed.
@@ -147,13 +147,7 @@ export async function openGGUF(path: string): Promise<GGUFModelFile> {
   return new GGUFModelFile(header, paths, maps);
 }
 
-/**
- * A GGUF model from its bytes (`name` stands for the path in errors): the
- * header is parsed from them and the bytes copied into the WebAssembly
- * kernels' memory, so the model runs on the wasm backend. Split models are
- * refused: join them first (llama-gguf-split --merge).
- */
-export async function ggufFromBytes(bytes: Uint8Array, name: string): Promise<GGUFModelFile> {
+function bytesHeader(bytes: Uint8Array, name: string): GGUFHeaderData {
   const header = parseGGUF(bytes, { path: name, fileSize: bytes.byteLength });
   if (header.get(SPLIT_KEYS.count) && header.number(SPLIT_KEYS.count) > 1) {
     throw new GGUFError("a split model cannot be loaded from bytes; merge the splits first", {
@@ -162,5 +156,42 @@ export async function ggufFromBytes(bytes: Uint8Array, name: string): Promise<GG
       field: SPLIT_KEYS.count,
     });
   }
-  return new GGUFModelFile(header, [name], [await bytesIntoWasm(bytes, name)]);
+  return header;
+}
+
+/**
+ * A GGUF model from its bytes (`name` stands for the path in errors): the
+ * header is parsed from them and the bytes copied into the WebAssembly
+ * kernels' memory (progress and cancellation: `options`), so the model runs
+ * on the wasm backend. Split models are refused: join them first
+ * (llama-gguf-split --merge).
+ */
+export async function ggufFromBytes(
+  bytes: Uint8Array,
+  name: string,
+  options: CopyOptions = {},
+): Promise<GGUFModelFile> {
+  const header = bytesHeader(bytes, name);
+  return new GGUFModelFile(header, [name], [await bytesIntoWasm(bytes, name, options)]);
+}
+
+/**
+ * {@linkcode ggufFromBytes} for a body of known length (a fetch Response
+ * with Content-Length): streamed straight into WebAssembly memory, then
+ * parsed there.
+ */
+export async function ggufFromStream(
+  body: ReadableStream<Uint8Array>,
+  size: number,
+  name: string,
+  options: CopyOptions = {},
+): Promise<GGUFModelFile> {
+  const file = await streamIntoWasm(body, size, name, options);
+  try {
+    // parseGGUF copies what it keeps (strings, arrays), so no view of wasm memory outlives it
+    return new GGUFModelFile(bytesHeader(file.bytes, name), [name], [file]);
+  } catch (e) {
+    file[Symbol.dispose]();
+    throw e;
+  }
 }

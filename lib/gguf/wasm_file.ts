@@ -43,8 +43,23 @@ class WasmFile extends LinearMemoryBuffer<"host"> implements MappedFile {
   }
 }
 
+/** Progress and cancellation of a copy into WebAssembly memory. */
+export interface CopyOptions {
+  /**
+   * Called after each chunk with the bytes copied so far and the total:
+   * `done` never decreases and the last call has `done === total`.
+   */
+  onBytes?: (done: number, total: number) => void;
+  /**
+   * Checked before each chunk (a turn of the event loop apart, so that an
+   * abort can land): the copy frees what it allocated and rejects with the
+   * signal's reason.
+   */
+  signal?: AbortSignal;
+}
+
 /** Options of {@linkcode readFileIntoWasm}. */
-export interface ReadIntoWasmOptions {
+export interface ReadIntoWasmOptions extends CopyOptions {
   /** The kernels whose memory receives the file (default: the shared instance). */
   kernels?: WasmKernels;
   /** Where progress goes (default: stderr, quiet with LLM_EDGE_QUIET=1). */
@@ -76,12 +91,62 @@ export async function readFileIntoWasm(
     let done = 0;
     while (done < size) {
       // a fresh view per read: nothing allocates meanwhile, but stay safe
+      options.signal?.throwIfAborted();
       const view = out.bytes.subarray(done, Math.min(size, done + CHUNK));
       const n = await file.read(view);
       if (n === null) throw new WasmKernelError(`${path}: file ended at ${done} of ${size} bytes`);
       done += n;
       progress.bytes(`reading ${path} into WebAssembly memory`, done, size);
+      options.onBytes?.(done, size);
     }
+    if (size === 0) options.onBytes?.(0, 0);
+  } catch (e) {
+    out[Symbol.dispose]();
+    throw e;
+  }
+  return out;
+}
+
+// One turn of the event loop (a timer: the only turn every runtime has),
+// so that an abort requested meanwhile is seen by the next check.
+const turn = () => new Promise<void>((resolve) => setTimeout(resolve, 0));
+
+function tooBig(name: string, size: number, kernels: WasmKernels): WasmKernelError {
+  return new WasmKernelError(
+    `${name}: the model is ${size} bytes; the WebAssembly (wasm32) memory holds at most ` +
+      `${WASM32_MAX_BYTES} bytes (4 GiB), ${kernels.memoryBytes} of them in use`,
+  );
+}
+
+/**
+ * Copies a whole model file already in memory (`bytes`, named `name` in
+ * errors) into the WebAssembly kernels' memory: the source where there is
+ * no file system (a browser). Copied in 16 MiB chunks with
+ * `options.onBytes` after each; `options.signal` is checked between them.
+ * Dispose the result to free it.
+ */
+export async function bytesIntoWasm(
+  bytes: Uint8Array,
+  name: string,
+  options: Pick<ReadIntoWasmOptions, "kernels" | "onBytes" | "signal"> = {},
+): Promise<MappedFile> {
+  options.signal?.throwIfAborted();
+  const kernels = options.kernels ?? await loadWasmKernels();
+  const size = bytes.byteLength;
+  if (size + kernels.memoryBytes > WASM32_MAX_BYTES) throw tooBig(name, size, kernels);
+  const out = new WasmFile(kernels, name, kernels.alloc(size, `copying ${name}`), size);
+  try {
+    for (let done = 0; done < size;) {
+      if (options.signal && done > 0) {
+        await turn();
+        options.signal.throwIfAborted();
+      }
+      const end = Math.min(size, done + CHUNK);
+      out.bytes.set(bytes.subarray(done, end), done);
+      done = end;
+      options.onBytes?.(done, size);
+    }
+    if (size === 0) options.onBytes?.(0, 0);
   } catch (e) {
     out[Symbol.dispose]();
     throw e;
@@ -90,24 +155,49 @@ export async function readFileIntoWasm(
 }
 
 /**
- * Copies a whole model file already in memory (`bytes`, named `name` in
- * errors) into the WebAssembly kernels' memory: the source where there is
- * no file system (a browser). Dispose the result to free it.
+ * Streams `size` bytes from `body` (a fetch Response's body whose length is
+ * known) straight into the WebAssembly kernels' memory, without a second
+ * copy in JavaScript memory: `options.onBytes` after each chunk received,
+ * `options.signal` checked between them (the stream is then cancelled). A
+ * body shorter or longer than `size` is an error naming both counts.
+ * Dispose the result to free it.
  */
-export async function bytesIntoWasm(
-  bytes: Uint8Array,
+export async function streamIntoWasm(
+  body: ReadableStream<Uint8Array>,
+  size: number,
   name: string,
-  options: Pick<ReadIntoWasmOptions, "kernels"> = {},
+  options: Pick<ReadIntoWasmOptions, "kernels" | "onBytes" | "signal"> = {},
 ): Promise<MappedFile> {
+  options.signal?.throwIfAborted();
   const kernels = options.kernels ?? await loadWasmKernels();
-  const size = bytes.byteLength;
-  if (size + kernels.memoryBytes > WASM32_MAX_BYTES) {
-    throw new WasmKernelError(
-      `${name}: the model is ${size} bytes; the WebAssembly (wasm32) memory holds at most ` +
-        `${WASM32_MAX_BYTES} bytes (4 GiB), ${kernels.memoryBytes} of them in use`,
-    );
+  if (size + kernels.memoryBytes > WASM32_MAX_BYTES) throw tooBig(name, size, kernels);
+  const out = new WasmFile(kernels, name, kernels.alloc(size, `reading ${name}`), size);
+  const reader = body.getReader();
+  try {
+    let done = 0;
+    for (;;) {
+      options.signal?.throwIfAborted();
+      const { value, done: end } = await reader.read();
+      if (end) break;
+      if (done + value.byteLength > size) {
+        throw new WasmKernelError(
+          `${name}: the body is longer than its ${size} bytes (Content-Length)`,
+        );
+      }
+      out.bytes.set(value, done);
+      done += value.byteLength;
+      options.onBytes?.(done, size);
+    }
+    if (done !== size) {
+      throw new WasmKernelError(
+        `${name}: the body ended at ${done} of ${size} bytes (Content-Length)`,
+      );
+    }
+    if (size === 0) options.onBytes?.(0, 0);
+  } catch (e) {
+    out[Symbol.dispose]();
+    await reader.cancel().catch(() => {});
+    throw e;
   }
-  const out = new WasmFile(kernels, name, kernels.alloc(size, `copying ${name}`), size);
-  out.bytes.set(bytes);
   return out;
 }

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { ggufFromBytes, type GGUFModelFile, openGGUF } from "../gguf/mod.ts";
+import { ggufFromBytes, ggufFromStream, type GGUFModelFile, openGGUF } from "../gguf/mod.ts";
 import { Tokenizer } from "../tokenizer/mod.ts";
 import { type HParams, ModelError } from "./hparams.ts";
 import { checkedHParams, validateModel } from "./validate.ts";
@@ -22,6 +22,21 @@ export interface LoadOptions {
    * weight and rejects NaN/Inf (llama.cpp's `--check-tensors`).
    */
   validate?: "metadata" | "data";
+  /**
+   * Called as the weights go into the memory the kernels read, with the
+   * bytes done so far and the total: {@linkcode Model.fromBytes} (a
+   * Response body as it arrives when its length is known, else the copy
+   * into WebAssembly memory), and {@linkcode Model.load} where the file is
+   * read into WebAssembly memory (no FFI; a memory-mapped file has nothing to
+   * report). `done` never decreases; the last call has `done === total`.
+   */
+  onBytes?: (done: number, total: number) => void;
+  /**
+   * Stops loading: checked between chunks of that reading and copying and
+   * between stages; the load frees what it allocated and rejects with the
+   * signal's reason.
+   */
+  signal?: AbortSignal;
 }
 
 /** Raised when a disposed model is used (a new context, a second dispose that must wait). */
@@ -73,6 +88,36 @@ let attach: (m: Model, owner: object, label: string) => ModelUse;
  */
 export function attachToModel(model: Model, owner: object, label: string): ModelUse {
   return attach(model, owner, label);
+}
+
+function copyOptions(o: LoadOptions): { onBytes?: LoadOptions["onBytes"]; signal?: AbortSignal } {
+  return { onBytes: o.onBytes, signal: o.signal };
+}
+
+// A Response body of unknown length, chunk by chunk so that `signal` is honoured.
+async function readBody(r: Response, signal: AbortSignal | undefined): Promise<Uint8Array> {
+  if (!r.body) return new Uint8Array(await r.arrayBuffer());
+  const reader = r.body.getReader(), chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      signal?.throwIfAborted();
+      const { value, done } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      size += value.byteLength;
+    }
+  } catch (e) {
+    await reader.cancel().catch(() => {});
+    throw e;
+  }
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
 }
 
 interface UserEntry {
@@ -142,9 +187,10 @@ export class Model implements Disposable, AsyncDisposable {
   /** Opens, maps and checks a GGUF model. */
   static async load(path: string, options: LoadOptions = {}): Promise<Model> {
     validateLoadOptions(path, options);
+    options.signal?.throwIfAborted();
     const say = options.onProgress ?? (() => {});
     say(`reading ${path}`);
-    return Model.#fromFile(await openGGUF(path), options);
+    return Model.#fromFile(await openGGUF(path, copyOptions(options)), options);
   }
 
   /**
@@ -164,22 +210,36 @@ export class Model implements Disposable, AsyncDisposable {
     options: LoadOptions & { name?: string } = {},
   ): Promise<Model> {
     validateBytesOptions(source, options);
+    options.signal?.throwIfAborted();
     const name = options.name ??
       (source instanceof Response && source.url ? source.url : "(bytes)");
-    let bytes: Uint8Array;
-    if (source instanceof Response) {
-      if (!source.ok) {
-        throw new ModelError(`${name}: HTTP ${source.status} ${source.statusText}`.trimEnd());
-      }
-      bytes = new Uint8Array(await source.arrayBuffer());
-    } else bytes = source instanceof Uint8Array ? source : new Uint8Array(source);
+    const copy = copyOptions(options);
     options.onProgress?.(`reading ${name}`);
-    return Model.#fromFile(await ggufFromBytes(bytes, name), options);
+    if (!(source instanceof Response)) {
+      const bytes = source instanceof Uint8Array ? source : new Uint8Array(source);
+      return Model.#fromFile(await ggufFromBytes(bytes, name, copy), options);
+    }
+    if (!source.ok) {
+      throw new ModelError(`${name}: HTTP ${source.status} ${source.statusText}`.trimEnd());
+    }
+    // A known length (and no content coding, under which Content-Length counts
+    // the coded bytes) streams the body straight into WebAssembly memory.
+    const length = Number(source.headers.get("content-length") ?? NaN);
+    const coding = source.headers.get("content-encoding");
+    if (
+      source.body && Number.isSafeInteger(length) && length >= 0 &&
+      (!coding || coding === "identity")
+    ) {
+      return Model.#fromFile(await ggufFromStream(source.body, length, name, copy), options);
+    }
+    const bytes = await readBody(source, options.signal);
+    return Model.#fromFile(await ggufFromBytes(bytes, name, copy), options);
   }
 
   static #fromFile(file: GGUFModelFile, options: LoadOptions): Model {
     const say = options.onProgress ?? (() => {});
     try {
+      options.signal?.throwIfAborted();
       const { arch, hp } = checkedHParams(file.header);
       say(`mapping ${file.header.tensors.length} tensors`);
       const map = new WeightMap(file);
