@@ -381,6 +381,11 @@ static void *le_worker_main(void *arg) {
   le_worker *w = arg;
   le_ctx *ctx = w->ctx;
   int seen = 0;
+#if defined(__linux__) && !defined(LE_NO_THREADS)
+  /* A name of our own: tools and tests tell the pools' workers from the
+   * runtime's threads (which would otherwise share the main thread's name). */
+  pthread_setname_np(pthread_self(), "le-worker");
+#endif
   for (;;) {
     le_wait_change_poll(ctx, &ctx->job_gen, seen, LE_POLL_NS);
     seen = atomic_load(&ctx->job_gen);
