@@ -311,21 +311,44 @@ static int le_scratch_ok(le_scratch a, le_scratch b) {
   return a.kind == LE_SCR_SOLO ? a.bytes <= b.bytes : b.bytes <= a.bytes;
 }
 
+static int le_solo(const le_node *n);
+
+/* What plan_barriers needs of one node, computed once per node (not once
+ * per pair it is compared in): its memory spans, scratch use, and flags. */
+typedef struct le_node_use {
+  le_span dst, src[LE_MAX_SRC];
+  int n_src;
+  le_scratch scr;
+  uint8_t solo, fa_split;
+} le_node_use;
+
+static void le_use_of(const le_node *n, int nth, le_node_use *u) {
+  u->dst = le_span_of(&n->dst);
+  u->n_src = n->n_src < LE_MAX_SRC ? n->n_src : LE_MAX_SRC;
+  for (int k = 0; k < u->n_src; k++) u->src[k] = le_span_of(&n->src[k]);
+  /* split-KV flash attention shares its partial sums across threads */
+  u->fa_split = n->op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(n);
+  u->solo = (uint8_t)le_solo(n);
+  /* as with one thread; mul_mat's conversion needs less than its wsize bound */
+  u->scr = (le_scratch){LE_SCR_SOLO, (int64_t)(n->op == LE_OP_MUL_MAT ? le_mm_src1_bytes(n)
+                                                                        : le_node_wsize(n, 1))};
+  if (!u->solo) {
+    const size_t priv = n->op == LE_OP_MUL_MAT ? le_mm_private_bytes(n, nth) : 0;
+    u->scr = priv ? (le_scratch){LE_SCR_PRIVATE, (int64_t)priv}
+                  : (le_scratch){LE_SCR_SHARED, (int64_t)le_node_wsize(n, nth)};
+  }
+}
+
 /* Whether node j may run concurrently with node g (which comes before it):
  * j reads nothing g writes, writes nothing g reads or writes, and their
  * scratch use cannot collide. */
-static int le_independent(const le_node *g, const le_node *j, le_scratch sg, le_scratch sj) {
-  if (!le_scratch_ok(sg, sj)) return 0;
-  /* split-KV flash attention shares its partial sums across threads */
-  if ((g->op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(g)) ||
-      (j->op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(j)))
-    return 0;
-  const le_span gd = le_span_of(&g->dst), jd = le_span_of(&j->dst);
-  if (le_overlap(gd, jd)) return 0;
-  for (int k = 0; k < g->n_src && k < LE_MAX_SRC; k++)
-    if (le_overlap(jd, le_span_of(&g->src[k]))) return 0;
-  for (int k = 0; k < j->n_src && k < LE_MAX_SRC; k++)
-    if (le_overlap(gd, le_span_of(&j->src[k]))) return 0;
+static int le_independent(const le_node_use *g, const le_node_use *j) {
+  if (!le_scratch_ok(g->scr, j->scr) || g->fa_split || j->fa_split) return 0;
+  if (le_overlap(g->dst, j->dst)) return 0;
+  for (int k = 0; k < g->n_src; k++)
+    if (le_overlap(j->dst, g->src[k])) return 0;
+  for (int k = 0; k < j->n_src; k++)
+    if (le_overlap(g->dst, j->src[k])) return 0;
   return 1;
 }
 
@@ -345,8 +368,7 @@ static int le_solo(const le_node *n) {
  * last barrier, the two are independent or both run on thread 0 alone (one
  * thread, program order). With one thread nothing runs concurrently. */
 static void plan_barriers(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
-  int group[LE_GROUP_MAX];
-  le_scratch use[LE_GROUP_MAX];
+  le_node_use use[LE_GROUP_MAX];
   int ng = 0;
   const int nth = ctx->n_threads;
   if (nth == 1) { /* nothing runs concurrently: every node "after a barrier", none solo */
@@ -354,25 +376,14 @@ static void plan_barriers(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
     return;
   }
   for (int i = 0; i < n_nodes; i++) {
-    const le_node *n = &nodes[i];
-    const int solo = nth > 1 && le_solo(n);
-    /* as with one thread; mul_mat's conversion needs less than its wsize bound */
-    le_scratch u = {LE_SCR_SOLO, (int64_t)(n->op == LE_OP_MUL_MAT ? le_mm_src1_bytes(n)
-                                                                    : le_node_wsize(n, 1))};
-    if (!solo) {
-      const size_t priv = n->op == LE_OP_MUL_MAT ? le_mm_private_bytes(n, nth) : 0;
-      u = priv ? (le_scratch){LE_SCR_PRIVATE, (int64_t)priv}
-               : (le_scratch){LE_SCR_SHARED, (int64_t)le_node_wsize(n, nth)};
-    }
-    int ok = i > 0 && ng < LE_GROUP_MAX && nth > 1;
-    for (int k = 0; ok && k < ng; k++) {
-      const int g = group[k];
-      ok = ((ctx->sync[g] & LE_SYNC_SOLO) && solo) || /* thread 0 alone, in order */
-           le_independent(&nodes[g], n, use[k], u);
-    }
-    ctx->sync[i] = (uint8_t)((ok ? 0 : LE_SYNC_BEFORE) | (solo ? LE_SYNC_SOLO : 0));
+    le_node_use u;
+    le_use_of(&nodes[i], nth, &u);
+    int ok = i > 0 && ng < LE_GROUP_MAX;
+    for (int k = 0; ok && k < ng; k++)
+      ok = (use[k].solo && u.solo) || /* thread 0 alone, in order */
+           le_independent(&use[k], &u);
+    ctx->sync[i] = (uint8_t)((ok ? 0 : LE_SYNC_BEFORE) | (u.solo ? LE_SYNC_SOLO : 0));
     if (!ok) ng = 0;
-    group[ng] = i;
     use[ng++] = u;
   }
 }
