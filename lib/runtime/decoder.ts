@@ -16,7 +16,7 @@ import { KqMask } from "../kv/mask.ts";
 import type { RecurrentMemory } from "../kv/recurrent.ts";
 import type { ArchGraph } from "../model/arch/types.ts";
 import type { Model } from "../model/model.ts";
-import type { Scheduler } from "../sched/scheduler.ts";
+import type { SavedPlan, Scheduler } from "../sched/scheduler.ts";
 import { buildGraph, buildShiftGraph, encoderMask } from "./graphs.ts";
 import { ContextError } from "./errors.ts";
 
@@ -102,7 +102,11 @@ export class Decoder {
   // The mask of architectures without a cache (whole input, rebuilt per call).
   #mask: Float32Array | Uint16Array = new Float32Array(0);
   // The graph of the last step and its shape key, while the scheduler's plan is that graph's.
-  #last: { key: string; g: Graph; io: ArchGraph } | null = null;
+  #last: StepGraph | null = null;
+  // The last few graphs built and their plans, most recent first: a prompt
+  // then one-token steps then a prompt again switch back to a plan made
+  // before instead of building and planning the graph again.
+  #graphs: StepGraph[] = [];
   /** Values of the debugging taps from the last graph run (ggml element order). */
   readonly lastTaps: Map<string, Float32Array> = new Map();
 
@@ -128,6 +132,7 @@ export class Decoder {
   /** Forgets the reused graph (the scheduler is about to be freed). */
   reset(): void {
     this.#last = null;
+    this.#graphs = [];
   }
 
   #init(b: Batch, kv: KvCache | RecurrentMemory | null, outputAll: boolean): void {
@@ -321,6 +326,17 @@ export class Decoder {
     kv.resetShift();
   }
 
+  // A graph of this shape built before, its plan made current again (null
+  // when there is none, or its plan's arena has been reallocated since).
+  #resume(key: string): StepGraph | null {
+    const k = this.#graphs.findIndex((e) => e.key === key);
+    if (k < 0) return null;
+    const [e] = this.#graphs.splice(k, 1);
+    if (!this.#sched.resume(e.plan)) return null;
+    this.#graphs.unshift(e);
+    return this.#last = e;
+  }
+
   async #decodeUbatch(
     ub: Ubatch,
     slot: SlotInfo | null,
@@ -340,7 +356,7 @@ export class Decoder {
     // The K/V views of a multi-stream slot start at its first stream.
     const sKey = slot?.ns ? `/s${slot.s0},${slot.ns}` : "";
     const key = `${ub.nTokens}/${outRows.length}/${nKv}/${ub.token ? "t" : "e"}${rsKey}${sKey}`;
-    let last = this.#last?.key === key ? this.#last : null;
+    let last = this.#last?.key === key ? this.#last : this.#resume(key);
     // Without a cache a graph of the same shape is reused as it is.
     const moved = last && kv && slot ? kv.moveStores(last.g, slot) : null;
     if (moved) {
@@ -365,7 +381,9 @@ export class Decoder {
         this.#flashAttn,
       );
       sched.alloc(g);
-      last = this.#last = { key, g, io };
+      last = this.#last = { key, g, io, plan: sched.save()! };
+      this.#graphs = [last, ...this.#graphs.filter((e) => e.key !== key)];
+      if (this.#graphs.length > GRAPH_CACHE) this.#graphs.pop();
     }
     const io = last!.io;
     if (io.tokens) sched.setInput(io.tokens, ub.token!);
@@ -408,6 +426,17 @@ export class Decoder {
     return outRows.map((_, r) => all.subarray(r * width, (r + 1) * width));
   }
 }
+
+// A step's graph, its inputs and outputs, and the scheduler's plan of it.
+interface StepGraph {
+  key: string;
+  g: Graph;
+  io: ArchGraph;
+  plan: SavedPlan;
+}
+
+// Graphs kept with their plans (a prompt's, a one-token step's, and a spare).
+const GRAPH_CACHE = 3;
 
 // Rows and their batch indices, sorted by batch index together.
 function sortRows(ids: number[], rows: Float32Array[]): void {

@@ -90,6 +90,20 @@ interface Plan {
   uses?: Map<Tensor, Array<[Split, number]>>;
 }
 
+/**
+ * A plan made by {@link Scheduler.alloc}, to make current again later with
+ * {@link Scheduler.resume} (a decoder switching between the graphs of a
+ * prompt and of a one-token step). Opaque.
+ */
+export interface SavedPlan {
+  readonly graph: Graph;
+}
+
+interface Saved extends SavedPlan {
+  plan: Plan;
+  allocs: number;
+}
+
 /** Runs graphs over several backends, given in priority order. */
 export class Scheduler implements Disposable {
   /** The backends, highest priority first. */
@@ -154,6 +168,26 @@ export class Scheduler implements Disposable {
     for (const [name, size] of plan.sizes) this.#ensure(name, size);
     this.#resolve(plan);
     this.#plan = plan;
+  }
+
+  /** The current plan (null before {@link alloc}), for {@link resume}. */
+  save(): SavedPlan | null {
+    const plan = this.#plan;
+    if (!plan) return null;
+    const saved: Saved = { graph: plan.graph, plan, allocs: this.#allocs };
+    return saved;
+  }
+
+  /**
+   * Make a plan from {@link save} current again, as it was (inputs must be
+   * set again). False, and nothing changes, when an arena was reallocated
+   * since it was made: its placements point into freed memory.
+   */
+  resume(saved: SavedPlan): boolean {
+    const s = saved as Saved;
+    if (!s.plan || s.allocs !== this.#allocs || !this.#arenas.size) return false;
+    this.#plan = s.plan;
+    return true;
   }
 
   /**
