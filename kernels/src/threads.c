@@ -9,7 +9,10 @@
  * Waiting spins briefly on an atomic (nodes are short, a sleep/wake round
  * trip costs more than the work), then yields the CPU in a loop for a while
  * (see le_wait_change_poll), then sleeps on a condition variable so an idle
- * context burns no CPU.
+ * context burns no CPU. When thread 0 spends much of a compute waiting for
+ * threads that are not running (another process holds the CPUs), the next
+ * computes run on thread 0 alone (le_adapt): two threads that take turns
+ * at every barrier are slower than one, by 3x on a busy 2-core machine.
  *
  * Cancelling (le_ctx_cancel, from another thread while a compute runs) is
  * seen at two places: between nodes, decided at a barrier by the thread that
@@ -51,6 +54,15 @@
 #define LE_BARRIER_POLL_NS 1000000.0
 #endif
 
+/* le_adapt: the share of a compute's time thread 0 may wait for threads
+ * that are not running before computes fall back to one thread, and how
+ * many computes such a fallback lasts (the first, and at most). */
+#ifndef LE_SLOW_SHARE
+#define LE_SLOW_SHARE 0.25
+#endif
+#define LE_SOLO_MIN 8
+#define LE_SOLO_MAX 256
+
 /* Most nodes that may run between two barriers (bounds plan_barriers' work). */
 #define LE_GROUP_MAX 8
 /* Nodes at most this big run on thread 0 alone (see le_solo): elements of
@@ -83,6 +95,10 @@ typedef struct le_worker {
 
 struct le_ctx {
   int n_threads;
+  int nth_run;      /* threads this compute runs on: n_threads, or 1 (see le_adapt) */
+  int solo_left;    /* computes still to run on one thread */
+  int solo_backoff; /* how many the last fallback to one thread lasted */
+  int64_t n_solo;   /* computes run on one thread (profile) */
   le_worker *workers;
   const le_node *nodes;
   int n_nodes;
@@ -135,6 +151,10 @@ static inline void le_cpu_relax(void) {
 
 static double le_now_ns(void);
 
+/* Time this thread spent waiting past the spin (see le_wait_change_poll):
+ * waits for a thread that is not running. Read by thread 0 (le_adapt). */
+static __thread double le_slow_ns;
+
 /* Wait until *v != old: spin, then yield the CPU in a loop until poll_ns
  * have passed, then sleep. Spinning answers fastest; yielding lets a thread
  * we wait for run when it was preempted on this CPU (a loaded machine) and
@@ -149,11 +169,14 @@ static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll
     if (atomic_load(v) != old) return;
     le_cpu_relax();
   }
+  const double t0 = le_now_ns();
   if (poll_ns > 0) {
-    const double t0 = le_now_ns();
     do {
       for (int i = 0; i < 16; i++) {
-        if (atomic_load(v) != old) return;
+        if (atomic_load(v) != old) {
+          le_slow_ns += le_now_ns() - t0;
+          return;
+        }
         sched_yield();
       }
     } while (le_now_ns() - t0 < poll_ns);
@@ -164,6 +187,7 @@ static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll
   while (atomic_load(v) == old) pthread_cond_wait(&ctx->cv, &ctx->mu);
   atomic_fetch_sub(&ctx->sleepers, 1);
   pthread_mutex_unlock(&ctx->mu);
+  le_slow_ns += le_now_ns() - t0;
 }
 
 static void le_wait_change(le_ctx *ctx, atomic_int *v, int old) {
@@ -179,7 +203,7 @@ static void le_notify(le_ctx *ctx) {
 }
 
 void le_barrier(le_ctx *ctx) {
-  const int nth = ctx->n_threads;
+  const int nth = ctx->nth_run;
   if (nth == 1) return;
   const int gen = atomic_load(&ctx->bar_gen);
   if (atomic_fetch_add(&ctx->bar_count, 1) == nth - 1) {
@@ -197,7 +221,7 @@ void le_barrier(le_ctx *ctx) {
  * overwritten before a slow thread reads it, since the next barrier cannot
  * complete until that thread arrives there. */
 static int le_sync_stop(le_ctx *ctx) {
-  const int nth = ctx->n_threads;
+  const int nth = ctx->nth_run;
   if (nth == 1) return atomic_load_explicit(&ctx->cancel, memory_order_relaxed);
   const int gen = atomic_load(&ctx->bar_gen);
   if (atomic_fetch_add(&ctx->bar_count, 1) == nth - 1) {
@@ -242,7 +266,7 @@ static void le_prof_add(le_ctx *ctx, int i, double ns, int count) {
 
 static void le_run_nodes(le_ctx *ctx, int ith) {
   le_compute_params p = {
-      .ith = ith, .nth = ctx->n_threads, .ctx = ctx, .wdata = ctx->wdata, .wsize = ctx->wsize};
+      .ith = ith, .nth = ctx->nth_run, .ctx = ctx, .wdata = ctx->wdata, .wsize = ctx->wsize};
   le_compute_params solo = p;
   solo.nth = 1;
   /* Profile: each op is charged its own time and the wait for it to finish
@@ -255,7 +279,7 @@ static void le_run_nodes(le_ctx *ctx, int ith) {
       const int stop = le_sync_stop(ctx);
       if (prof) le_prof_add(ctx, i - 1, le_now_ns() - t0, 0);
       if (stop) break; /* every thread breaks here, before node i */
-    } else if (ctx->n_threads == 1 && atomic_load_explicit(&ctx->cancel, memory_order_relaxed)) {
+    } else if (ctx->nth_run == 1 && atomic_load_explicit(&ctx->cancel, memory_order_relaxed)) {
       break; /* one thread: no barriers, so check before every node */
     }
     if ((sync & LE_SYNC_SOLO) && ith != 0) continue;
@@ -370,7 +394,7 @@ static int le_solo(const le_node *n) {
 static void plan_barriers(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
   le_node_use use[LE_GROUP_MAX];
   int ng = 0;
-  const int nth = ctx->n_threads;
+  const int nth = ctx->nth_run;
   if (nth == 1) { /* nothing runs concurrently: every node "after a barrier", none solo */
     if (n_nodes > 0) memset(ctx->sync, LE_SYNC_BEFORE, (size_t)n_nodes);
     return;
@@ -418,6 +442,7 @@ le_ctx *le_ctx_new(int32_t n_threads) {
     return NULL;
   }
   ctx->n_threads = n_threads;
+  ctx->nth_run = n_threads;
   const char *prof = getenv("LE_PROFILE");
   ctx->profile = prof && *prof && *prof != '0' ? atoi(prof) > 1 ? 2 : 1 : 0;
   pthread_mutex_init(&ctx->mu, NULL);
@@ -448,10 +473,11 @@ void le_ctx_free(le_ctx *ctx) {
     if (ctx->n_computes)
       fprintf(stderr,
               "le_profile: %.1f barriers between nodes per compute (%lld computes), "
-              "%.2f sleeps and %.1f us of checks and barrier planning per compute\n",
+              "%.2f sleeps and %.1f us of checks and barrier planning per compute, "
+              "%lld computes on one thread (machine busy)\n",
               (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes,
               (double)atomic_load(&ctx->n_sleeps) / (double)ctx->n_computes,
-              ctx->setup_ns / 1e3 / (double)ctx->n_computes);
+              ctx->setup_ns / 1e3 / (double)ctx->n_computes, (long long)ctx->n_solo);
     double tot = 0;
     for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
     for (int i = 0; i < LE_OP_COUNT; i++)
@@ -495,6 +521,25 @@ int32_t le_graph_compute(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
   return rc;
 }
 
+/* After a compute on all threads that took `wall` ns: when thread 0 spent
+ * a good part of it waiting past the spin for threads that were not
+ * running (other processes hold the CPUs), the next computes run on thread
+ * 0 alone, as with one thread: every node gives the same values on any
+ * thread count (those that would not keep all threads, see fixed_nth), and
+ * on a loaded machine one thread that runs beats two that take turns at
+ * every barrier. Each fallback in a row lasts twice as long as the last,
+ * from LE_SOLO_MIN computes up to LE_SOLO_MAX; a compute without such waits
+ * ends the series. */
+static void le_adapt(le_ctx *ctx, double wall) {
+  if (le_slow_ns > LE_SLOW_SHARE * wall) {
+    const int b = ctx->solo_backoff ? 2 * ctx->solo_backoff : LE_SOLO_MIN;
+    ctx->solo_backoff = b > LE_SOLO_MAX ? LE_SOLO_MAX : b;
+    ctx->solo_left = ctx->solo_backoff;
+  } else if (le_slow_ns < 0.25 * LE_SLOW_SHARE * wall) {
+    ctx->solo_backoff = 0;
+  }
+}
+
 static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
   if (!ctx || (!nodes && n_nodes > 0) || n_nodes < 0) {
     le_set_error("le_graph_compute: null context or node array");
@@ -507,7 +552,9 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
     return -2;
   }
   size_t need = 0;
+  int fixed_nth = 0; /* a node whose values depend on the thread count */
   for (int i = 0; i < n_nodes; i++) {
+    fixed_nth |= nodes[i].op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(&nodes[i]);
     if (le_node_check(&nodes[i]) != 0) {
       char msg[400];
       snprintf(msg, sizeof msg, "%s", le_last_error());
@@ -540,6 +587,12 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
     ctx->cap_nodes = cap;
   }
   if (n_nodes > 0) memset(ctx->chunks, 0, (size_t)n_nodes * sizeof(le_chunk));
+  const int adapt = ctx->n_threads > 1 && !fixed_nth;
+  ctx->nth_run = adapt && ctx->solo_left > 0 ? 1 : ctx->n_threads;
+  if (ctx->nth_run == 1 && ctx->n_threads > 1) {
+    ctx->solo_left--;
+    ctx->n_solo++;
+  }
   plan_barriers(ctx, nodes, n_nodes);
   if (ctx->profile) ctx->setup_ns += le_now_ns() - t_setup;
   if (ctx->profile > 1 && ctx->n_computes == 1) { /* the barrier plan: "|" barrier, "s" solo */
@@ -567,12 +620,15 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   ctx->n_nodes = n_nodes;
   atomic_store(&ctx->failed, 0);
   atomic_store(&ctx->stopping, 0);
-  if (ctx->n_threads > 1) {
+  const double t_run = adapt && ctx->nth_run > 1 ? le_now_ns() : 0;
+  le_slow_ns = 0;
+  if (ctx->nth_run > 1) {
     atomic_fetch_add(&ctx->job_gen, 1);
     le_notify(ctx);
   }
   le_run_nodes(ctx, 0); /* ends with a barrier: every worker is done */
   ctx->nodes = NULL;
+  if (t_run > 0) le_adapt(ctx, le_now_ns() - t_run);
   int rc = 0;
   if (atomic_load(&ctx->cancel)) {
     /* Also when the flag came after the last node: the caller asked to stop,
