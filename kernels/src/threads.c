@@ -620,7 +620,11 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   ctx->n_nodes = n_nodes;
   atomic_store(&ctx->failed, 0);
   atomic_store(&ctx->stopping, 0);
-  const double t_run = adapt && ctx->nth_run > 1 ? le_now_ns() : 0;
+  /* A compute that has to wake a sleeping worker first waits for the
+   * wake-up (slow in a VM even on an idle machine): it says nothing of how
+   * busy the machine is, so le_adapt does not judge it. */
+  const int judge = adapt && ctx->nth_run > 1 && atomic_load(&ctx->sleepers) == 0;
+  const double t_run = judge ? le_now_ns() : 0;
   le_slow_ns = 0;
   if (ctx->nth_run > 1) {
     atomic_fetch_add(&ctx->job_gen, 1);
