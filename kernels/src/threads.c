@@ -62,6 +62,7 @@
 #endif
 #define LE_SOLO_MIN 8
 #define LE_SOLO_MAX 256
+#define LE_SOLO_NS 100e6
 
 /* Most nodes that may run between two barriers (bounds plan_barriers' work). */
 #define LE_GROUP_MAX 8
@@ -528,13 +529,16 @@ int32_t le_graph_compute(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
  * thread count (those that would not keep all threads, see fixed_nth), and
  * on a loaded machine one thread that runs beats two that take turns at
  * every barrier. Each fallback in a row lasts twice as long as the last,
- * from LE_SOLO_MIN computes up to LE_SOLO_MAX; a compute without such waits
- * ends the series. */
+ * from LE_SOLO_MIN computes up to LE_SOLO_MAX but no more than about
+ * LE_SOLO_NS of them; a compute without such waits ends the series. */
 static void le_adapt(le_ctx *ctx, double wall) {
   if (le_slow_ns > LE_SLOW_SHARE * wall) {
     const int b = ctx->solo_backoff ? 2 * ctx->solo_backoff : LE_SOLO_MIN;
     ctx->solo_backoff = b > LE_SOLO_MAX ? LE_SOLO_MAX : b;
-    ctx->solo_left = ctx->solo_backoff;
+    /* at most ~LE_SOLO_NS of computes like this one: a big model's steps
+     * probe all threads again soon after the machine has become idle */
+    const double cap = LE_SOLO_NS / (wall > 1 ? wall : 1);
+    ctx->solo_left = cap < ctx->solo_backoff ? (cap < 1 ? 1 : (int)cap) : ctx->solo_backoff;
   } else if (le_slow_ns < 0.25 * LE_SLOW_SHARE * wall) {
     ctx->solo_backoff = 0;
   }
