@@ -99,6 +99,7 @@ struct le_ctx {
   int nth_run;      /* threads this compute runs on: n_threads, or 1 (see le_adapt) */
   int solo_left;    /* computes still to run on one thread */
   int solo_backoff; /* how many the last fallback to one thread lasted */
+  int force_solo;   /* LE_SOLO=1: every compute as after a fallback (tests) */
   int64_t n_solo;   /* computes run on one thread (profile) */
   le_worker *workers;
   const le_node *nodes;
@@ -445,6 +446,8 @@ le_ctx *le_ctx_new(int32_t n_threads) {
   ctx->n_threads = n_threads;
   ctx->nth_run = n_threads;
   const char *prof = getenv("LE_PROFILE");
+  const char *solo = getenv("LE_SOLO");
+  ctx->force_solo = solo && solo[0] == '1';
   ctx->profile = prof && *prof && *prof != '0' ? atoi(prof) > 1 ? 2 : 1 : 0;
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv, NULL);
@@ -475,7 +478,7 @@ void le_ctx_free(le_ctx *ctx) {
       fprintf(stderr,
               "le_profile: %.1f barriers between nodes per compute (%lld computes), "
               "%.2f sleeps and %.1f us of checks and barrier planning per compute, "
-              "%lld computes on one thread (machine busy)\n",
+              "%lld computes on thread 0 alone (le_adapt, LE_SOLO)\n",
               (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes,
               (double)atomic_load(&ctx->n_sleeps) / (double)ctx->n_computes,
               ctx->setup_ns / 1e3 / (double)ctx->n_computes, (long long)ctx->n_solo);
@@ -592,9 +595,9 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   }
   if (n_nodes > 0) memset(ctx->chunks, 0, (size_t)n_nodes * sizeof(le_chunk));
   const int adapt = ctx->n_threads > 1 && !fixed_nth;
-  ctx->nth_run = adapt && ctx->solo_left > 0 ? 1 : ctx->n_threads;
+  ctx->nth_run = adapt && (ctx->solo_left > 0 || ctx->force_solo) ? 1 : ctx->n_threads;
   if (ctx->nth_run == 1 && ctx->n_threads > 1) {
-    ctx->solo_left--;
+    if (ctx->solo_left > 0) ctx->solo_left--;
     ctx->n_solo++;
   }
   plan_barriers(ctx, nodes, n_nodes);
