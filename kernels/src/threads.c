@@ -63,7 +63,7 @@
 #endif
 #define LE_SOLO_MIN 8
 #define LE_SOLO_MAX 256
-#define LE_SOLO_NS 100e6
+#define LE_SOLO_NS 250e6
 
 /* le_next_chunk's counter of one node, alone on its cache line. */
 typedef struct le_chunk {
@@ -87,6 +87,7 @@ struct le_ctx {
   int solo_backoff; /* how many the last fallback to one thread lasted */
   int force_solo;   /* LE_SOLO=1: every compute as after a fallback (tests) */
   int64_t n_solo;   /* computes run on one thread (profile) */
+  double solo_ns;   /* wall time of the last compute run on one thread */
   le_worker *workers;
   const le_node *nodes;
   int n_nodes;
@@ -405,9 +406,11 @@ static void le_adapt(le_ctx *ctx, double wall) {
   if (le_slow_ns > LE_SLOW_SHARE * wall) {
     const int b = ctx->solo_backoff ? 2 * ctx->solo_backoff : LE_SOLO_MIN;
     ctx->solo_backoff = b > LE_SOLO_MAX ? LE_SOLO_MAX : b;
-    /* at most ~LE_SOLO_NS of computes like this one: a big model's steps
-     * probe all threads again soon after the machine has become idle */
-    const double cap = LE_SOLO_NS / (wall > 1 ? wall : 1);
+    /* at most ~LE_SOLO_NS of computes like the last one run alone (this
+     * one's time on a busy machine says little of that): a big model's
+     * steps probe all threads again soon after the machine becomes idle */
+    const double est = ctx->solo_ns > 0 ? ctx->solo_ns : wall;
+    const double cap = LE_SOLO_NS / (est > 1 ? est : 1);
     ctx->solo_left = cap < ctx->solo_backoff ? (cap < 1 ? 1 : (int)cap) : ctx->solo_backoff;
   } else if (le_slow_ns < 0.25 * LE_SLOW_SHARE * wall) {
     ctx->solo_backoff = 0;
@@ -498,7 +501,8 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
    * wake-up (slow in a VM even on an idle machine): it says nothing of how
    * busy the machine is, so le_adapt does not judge it. */
   const int judge = adapt && ctx->nth_run > 1 && atomic_load(&ctx->sleepers) == 0;
-  const double t_run = judge ? le_now_ns() : 0;
+  const int solo_run = ctx->nth_run == 1 && ctx->n_threads > 1;
+  const double t_run = judge || solo_run ? le_now_ns() : 0;
   le_slow_ns = 0;
   if (ctx->nth_run > 1) {
     atomic_fetch_add(&ctx->job_gen, 1);
@@ -506,7 +510,8 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   }
   le_run_nodes(ctx, 0); /* ends with a barrier: every worker is done */
   ctx->nodes = NULL;
-  if (t_run > 0) le_adapt(ctx, le_now_ns() - t_run);
+  if (solo_run) ctx->solo_ns = le_now_ns() - t_run;
+  else if (t_run > 0) le_adapt(ctx, le_now_ns() - t_run);
   int rc = 0;
   if (atomic_load(&ctx->cancel)) {
     /* Also when the flag came after the last node: the caller asked to stop,
