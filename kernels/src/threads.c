@@ -88,6 +88,11 @@ struct le_ctx {
   int force_solo;   /* LE_SOLO=1: every compute as after a fallback (tests) */
   int64_t n_solo;   /* computes run on one thread (profile) */
   double solo_ns;   /* wall time of the last compute run on one thread */
+  /* The node array le_adapt last timed (a decode loop runs the same one)
+   * and its average wall time on one thread and on all (0: none yet). */
+  const le_node *ad_nodes;
+  int32_t ad_n;
+  double ad_solo, ad_all;
   le_worker *workers;
   const le_node *nodes;
   int n_nodes;
@@ -399,10 +404,17 @@ int32_t le_graph_compute(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
  * 0 alone, as with one thread: every node gives the same values on any
  * thread count (those that would not keep all threads, see fixed_nth), and
  * on a loaded machine one thread that runs beats two that take turns at
- * every barrier. Each fallback in a row lasts twice as long as the last,
- * from LE_SOLO_MIN computes up to LE_SOLO_MAX but no more than about
- * LE_SOLO_NS of them; a compute without such waits ends the series. */
+ * every barrier, unless the same node array has run faster on all threads
+ * than on one (moving averages). Each fallback in a row lasts twice as long
+ * as the last, from LE_SOLO_MIN computes up to LE_SOLO_MAX but no more than
+ * about LE_SOLO_NS of them; a compute without such waits ends the series. */
 static void le_adapt(le_ctx *ctx, double wall) {
+  /* All threads still beat one on the same nodes, waits and all (a
+   * moderately busy machine): keep them. */
+  if (ctx->ad_solo > 0 && ctx->ad_all > 0 && ctx->ad_all < ctx->ad_solo) {
+    ctx->solo_backoff = 0;
+    return;
+  }
   if (le_slow_ns > LE_SLOW_SHARE * wall) {
     const int b = ctx->solo_backoff ? 2 * ctx->solo_backoff : LE_SOLO_MIN;
     ctx->solo_backoff = b > LE_SOLO_MAX ? LE_SOLO_MAX : b;
@@ -510,8 +522,18 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   }
   le_run_nodes(ctx, 0); /* ends with a barrier: every worker is done */
   ctx->nodes = NULL;
-  if (solo_run) ctx->solo_ns = le_now_ns() - t_run;
-  else if (t_run > 0) le_adapt(ctx, le_now_ns() - t_run);
+  if (t_run > 0) {
+    const double wall = le_now_ns() - t_run;
+    if (nodes != ctx->ad_nodes || n_nodes != ctx->ad_n) {
+      ctx->ad_nodes = nodes;
+      ctx->ad_n = n_nodes;
+      ctx->ad_solo = ctx->ad_all = 0;
+    }
+    double *avg = solo_run ? &ctx->ad_solo : &ctx->ad_all;
+    *avg = *avg > 0 ? 0.75 * *avg + 0.25 * wall : wall;
+    if (solo_run) ctx->solo_ns = wall;
+    else le_adapt(ctx, wall);
+  }
   int rc = 0;
   if (atomic_load(&ctx->cancel)) {
     /* Also when the flag came after the last node: the caller asked to stop,
