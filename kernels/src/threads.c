@@ -56,14 +56,16 @@
 #endif
 
 /* le_adapt: the share of a compute's time thread 0 may wait for threads
- * that are not running before computes fall back to one thread, and how
- * many computes such a fallback lasts (the first, and at most). */
+ * that are not running before computes fall back to one thread, how many
+ * computes such a fallback lasts (the first, and at most), and how many
+ * node arrays' times it keeps. */
 #ifndef LE_SLOW_SHARE
-#define LE_SLOW_SHARE 0.25
+#define LE_SLOW_SHARE 0.5
 #endif
 #define LE_SOLO_MIN 8
 #define LE_SOLO_MAX 256
 #define LE_SOLO_NS 250e6
+#define LE_AD_PROGRAMS 4
 
 /* le_next_chunk's counter of one node, alone on its cache line. */
 typedef struct le_chunk {
@@ -88,11 +90,15 @@ struct le_ctx {
   int force_solo;   /* LE_SOLO=1: every compute as after a fallback (tests) */
   int64_t n_solo;   /* computes run on one thread (profile) */
   double solo_ns;   /* wall time of the last compute run on one thread */
-  /* The node array le_adapt last timed (a decode loop runs the same one)
-   * and its average wall time on one thread and on all (0: none yet). */
-  const le_node *ad_nodes;
-  int32_t ad_n;
-  double ad_solo, ad_all;
+  /* Node arrays le_adapt timed lately (a decode loop runs the same one, a
+   * prompt's comes between) and their average wall time on one thread and
+   * on all (0: none yet). */
+  struct {
+    const le_node *nodes;
+    int32_t n;
+    double solo, all;
+  } ad[LE_AD_PROGRAMS];
+  int ad_cur, ad_next;
   le_worker *workers;
   const le_node *nodes;
   int n_nodes;
@@ -411,7 +417,8 @@ int32_t le_graph_compute(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
 static void le_adapt(le_ctx *ctx, double wall) {
   /* All threads still beat one on the same nodes, waits and all (a
    * moderately busy machine): keep them. */
-  if (ctx->ad_solo > 0 && ctx->ad_all > 0 && ctx->ad_all < ctx->ad_solo) {
+  const double solo = ctx->ad[ctx->ad_cur].solo, all = ctx->ad[ctx->ad_cur].all;
+  if (solo > 0 && all > 0 && all < solo) {
     ctx->solo_backoff = 0;
     return;
   }
@@ -524,12 +531,17 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   ctx->nodes = NULL;
   if (t_run > 0) {
     const double wall = le_now_ns() - t_run;
-    if (nodes != ctx->ad_nodes || n_nodes != ctx->ad_n) {
-      ctx->ad_nodes = nodes;
-      ctx->ad_n = n_nodes;
-      ctx->ad_solo = ctx->ad_all = 0;
+    int k = 0;
+    while (k < LE_AD_PROGRAMS && (ctx->ad[k].nodes != nodes || ctx->ad[k].n != n_nodes)) k++;
+    if (k == LE_AD_PROGRAMS) { /* a new one replaces the oldest */
+      k = ctx->ad_next;
+      ctx->ad_next = (k + 1) % LE_AD_PROGRAMS;
+      ctx->ad[k].nodes = nodes;
+      ctx->ad[k].n = n_nodes;
+      ctx->ad[k].solo = ctx->ad[k].all = 0;
     }
-    double *avg = solo_run ? &ctx->ad_solo : &ctx->ad_all;
+    ctx->ad_cur = k;
+    double *avg = solo_run ? &ctx->ad[k].solo : &ctx->ad[k].all;
     *avg = *avg > 0 ? 0.75 * *avg + 0.25 * wall : wall;
     if (solo_run) ctx->solo_ns = wall;
     else le_adapt(ctx, wall);
