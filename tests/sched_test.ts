@@ -335,6 +335,27 @@ Deno.test("sched: reserve once, steady state allocates nothing, arena reuses mem
   assert.equal(sched.arenaAllocations, 1);
 });
 
+Deno.test("sched: switchTo runs a graph's plan again after another's; not once its arena grew", async () => {
+  const w = makeWeights();
+  using sched = new Scheduler([new MiniBackend("a")]);
+  const first = build(w, () => "host");
+  sched.alloc(first.g);
+  // Another graph over the same arena, then back to the first plan.
+  const other = await runOn(sched, w, () => "host", [1, 2, 0]);
+  close(other, reference(w, [1, 2, 0]));
+  assert.ok(sched.switchTo(first.g));
+  sched.setInput(first.ids, Int32Array.from(TOKENS));
+  await sched.compute();
+  close(sched.read(first.logits), reference(w, TOKENS));
+  // A graph needing a bigger arena reallocates it: the first plan is refused.
+  const big = new Graph();
+  const x = big.input("x", GGMLType.F32, [1 << 16]);
+  big.markOutput(big.silu(x));
+  sched.alloc(big);
+  assert.equal(sched.switchTo(first.g), false);
+  assert.ok(sched.switchTo(big));
+});
+
 Deno.test("sched: errors name the problem", () => {
   const a = new MiniBackend("a");
   using sched = new Scheduler([a]);

@@ -1,7 +1,7 @@
 /*
- * How mul_mat uses the context scratch, shared by mul_mat.c (which does it)
- * and threads.c (which sizes the scratch and decides which nodes may run
- * without a barrier between them). Not part of the ABI.
+ * How mul_mat uses the context scratch, shared by mul_mat.c (which does it),
+ * threads.c (which sizes the scratch) and sched_plan.c (which decides which
+ * nodes may run without a barrier between them). Not part of the ABI.
  */
 #ifndef LE_SCHED_H
 #define LE_SCHED_H
@@ -58,5 +58,12 @@ static inline size_t le_mm_private_bytes(const le_node *n, int nth) {
   if (nth < 2 || b->ne[0] * b->ne[1] * b->ne[2] * b->ne[3] > LE_MM_PRIVATE_MAX) return 0;
   return (le_mm_src1_bytes(n) + 63) & ~(size_t)63;
 }
+
+/* Per node of a compute (threads.c's sync array): a barrier before it, and
+ * whether thread 0 computes it alone (nth = 1) while the others skip it. */
+enum { LE_SYNC_BEFORE = 1, LE_SYNC_SOLO = 2 };
+
+/* Fill sync[0..n_nodes) for a compute on nth threads (sched_plan.c). */
+void le_plan_barriers(uint8_t *sync, const le_node *nodes, int32_t n_nodes, int nth);
 
 #endif

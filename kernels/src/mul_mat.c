@@ -237,8 +237,11 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   const int64_t units = nrb * planes;
   /* Each thread starts with unit ith, then takes the next free one: a
    * thread that another process preempts leaves its later units to the
-   * others (ggml's current_chunk starts at nth the same way). */
-  for (int64_t u = p->ith; u < units; u = p->nth + le_next_chunk(p->ctx)) {
+   * others (ggml's current_chunk starts at nth the same way). With no more
+   * units than threads there is nothing to take, and no atomic on the
+   * node's counter (a cache line the other threads would pull back). */
+  const int steal = units > p->nth;
+  for (int64_t u = p->ith; u < units; u = steal ? p->nth + le_next_chunk(p->ctx) : units) {
     const int64_t plane = u / nrb, rb = u % nrb;
     const int64_t i12 = plane % ne12, i13 = plane / ne12;
     const char *arow = (const char *)(uintptr_t)a->data + (i12 / r2) * a->nb[2] + (i13 / r3) * a->nb[3];

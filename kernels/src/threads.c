@@ -3,13 +3,17 @@
  * Every thread (the caller is thread 0) walks the same node array; each node
  * is split across threads by the op itself. A barrier separates a node from
  * the ones before it unless it touches none of the memory they write and
- * writes none they read (plan_barriers): a decode step is ~20 tiny nodes per
- * layer, and q/k/v or gate/up projections need no wait between them. Which
- * thread computes what never changes a value, so results do not depend on it.
+ * writes none they read (le_plan_barriers, sched_plan.c): a decode step is
+ * ~20 tiny nodes per layer, and q/k/v or gate/up projections need no wait
+ * between them. Which thread computes what never changes a value, so
+ * results do not depend on it.
  * Waiting spins briefly on an atomic (nodes are short, a sleep/wake round
  * trip costs more than the work), then yields the CPU in a loop for a while
  * (see le_wait_change_poll), then sleeps on a condition variable so an idle
- * context burns no CPU.
+ * context burns no CPU. When thread 0 spends much of a compute waiting for
+ * threads that are not running (another process holds the CPUs), the next
+ * computes run on thread 0 alone (le_adapt): two threads that take turns
+ * at every barrier are slower than one, by 3x on a busy 2-core machine.
  *
  * Cancelling (le_ctx_cancel, from another thread while a compute runs) is
  * seen at two places: between nodes, decided at a barrier by the thread that
@@ -51,20 +55,17 @@
 #define LE_BARRIER_POLL_NS 1000000.0
 #endif
 
-/* Most nodes that may run between two barriers (bounds plan_barriers' work). */
-#define LE_GROUP_MAX 8
-/* Nodes at most this big run on thread 0 alone (see le_solo): elements of
- * dst, or multiply-adds of a mul_mat. Waking a second thread and waiting for
- * it costs more than the work. */
-#ifndef LE_SOLO_ELEMS
-#define LE_SOLO_ELEMS 4096
+/* le_adapt: the share of a compute's time thread 0 may wait for threads
+ * that are not running before computes fall back to one thread, how many
+ * computes such a fallback lasts (the first, and at most), and how many
+ * node arrays' times it keeps. */
+#ifndef LE_SLOW_SHARE
+#define LE_SLOW_SHARE 0.5
 #endif
-#ifndef LE_SOLO_MACS
-#define LE_SOLO_MACS 32768
-#endif
-
-/* ctx->sync bits per node */
-enum { LE_SYNC_BEFORE = 1, LE_SYNC_SOLO = 2 };
+#define LE_SOLO_MIN 8
+#define LE_SOLO_MAX 256
+#define LE_SOLO_NS 250e6
+#define LE_AD_PROGRAMS 4
 
 /* le_next_chunk's counter of one node, alone on its cache line. */
 typedef struct le_chunk {
@@ -83,6 +84,21 @@ typedef struct le_worker {
 
 struct le_ctx {
   int n_threads;
+  int nth_run;      /* threads this compute runs on: n_threads, or 1 (see le_adapt) */
+  int solo_left;    /* computes still to run on one thread */
+  int solo_backoff; /* how many the last fallback to one thread lasted */
+  int force_solo;   /* LE_SOLO=1: every compute as after a fallback (tests) */
+  int64_t n_solo;   /* computes run on one thread (profile) */
+  double solo_ns;   /* wall time of the last compute run on one thread */
+  /* Node arrays le_adapt timed lately (a decode loop runs the same one, a
+   * prompt's comes between) and their average wall time on one thread and
+   * on all (0: none yet). */
+  struct {
+    const le_node *nodes;
+    int32_t n;
+    double solo, all;
+  } ad[LE_AD_PROGRAMS];
+  int ad_cur, ad_next;
   le_worker *workers;
   const le_node *nodes;
   int n_nodes;
@@ -135,6 +151,10 @@ static inline void le_cpu_relax(void) {
 
 static double le_now_ns(void);
 
+/* Time this thread spent waiting past the spin (see le_wait_change_poll):
+ * waits for a thread that is not running. Read by thread 0 (le_adapt). */
+static __thread double le_slow_ns;
+
 /* Wait until *v != old: spin, then yield the CPU in a loop until poll_ns
  * have passed, then sleep. Spinning answers fastest; yielding lets a thread
  * we wait for run when it was preempted on this CPU (a loaded machine) and
@@ -149,11 +169,14 @@ static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll
     if (atomic_load(v) != old) return;
     le_cpu_relax();
   }
+  const double t0 = le_now_ns();
   if (poll_ns > 0) {
-    const double t0 = le_now_ns();
     do {
       for (int i = 0; i < 16; i++) {
-        if (atomic_load(v) != old) return;
+        if (atomic_load(v) != old) {
+          le_slow_ns += le_now_ns() - t0;
+          return;
+        }
         sched_yield();
       }
     } while (le_now_ns() - t0 < poll_ns);
@@ -164,6 +187,7 @@ static void le_wait_change_poll(le_ctx *ctx, atomic_int *v, int old, double poll
   while (atomic_load(v) == old) pthread_cond_wait(&ctx->cv, &ctx->mu);
   atomic_fetch_sub(&ctx->sleepers, 1);
   pthread_mutex_unlock(&ctx->mu);
+  le_slow_ns += le_now_ns() - t0;
 }
 
 static void le_wait_change(le_ctx *ctx, atomic_int *v, int old) {
@@ -179,7 +203,7 @@ static void le_notify(le_ctx *ctx) {
 }
 
 void le_barrier(le_ctx *ctx) {
-  const int nth = ctx->n_threads;
+  const int nth = ctx->nth_run;
   if (nth == 1) return;
   const int gen = atomic_load(&ctx->bar_gen);
   if (atomic_fetch_add(&ctx->bar_count, 1) == nth - 1) {
@@ -197,7 +221,7 @@ void le_barrier(le_ctx *ctx) {
  * overwritten before a slow thread reads it, since the next barrier cannot
  * complete until that thread arrives there. */
 static int le_sync_stop(le_ctx *ctx) {
-  const int nth = ctx->n_threads;
+  const int nth = ctx->nth_run;
   if (nth == 1) return atomic_load_explicit(&ctx->cancel, memory_order_relaxed);
   const int gen = atomic_load(&ctx->bar_gen);
   if (atomic_fetch_add(&ctx->bar_count, 1) == nth - 1) {
@@ -242,7 +266,7 @@ static void le_prof_add(le_ctx *ctx, int i, double ns, int count) {
 
 static void le_run_nodes(le_ctx *ctx, int ith) {
   le_compute_params p = {
-      .ith = ith, .nth = ctx->n_threads, .ctx = ctx, .wdata = ctx->wdata, .wsize = ctx->wsize};
+      .ith = ith, .nth = ctx->nth_run, .ctx = ctx, .wdata = ctx->wdata, .wsize = ctx->wsize};
   le_compute_params solo = p;
   solo.nth = 1;
   /* Profile: each op is charged its own time and the wait for it to finish
@@ -255,7 +279,7 @@ static void le_run_nodes(le_ctx *ctx, int ith) {
       const int stop = le_sync_stop(ctx);
       if (prof) le_prof_add(ctx, i - 1, le_now_ns() - t0, 0);
       if (stop) break; /* every thread breaks here, before node i */
-    } else if (ctx->n_threads == 1 && atomic_load_explicit(&ctx->cancel, memory_order_relaxed)) {
+    } else if (ctx->nth_run == 1 && atomic_load_explicit(&ctx->cancel, memory_order_relaxed)) {
       break; /* one thread: no barriers, so check before every node */
     }
     if ((sync & LE_SYNC_SOLO) && ith != 0) continue;
@@ -267,114 +291,6 @@ static void le_run_nodes(le_ctx *ctx, int ith) {
   const double t0 = prof ? le_now_ns() : 0;
   le_barrier(ctx);
   if (prof && ctx->n_nodes) le_prof_add(ctx, ctx->n_nodes - 1, le_now_ns() - t0, 0);
-}
-
-/* ---- which nodes need a barrier before them ---- */
-
-typedef struct le_span {
-  uint64_t lo, hi; /* bytes [lo, hi); empty when lo == hi */
-} le_span;
-
-static le_span le_span_of(const le_tensor *t) {
-  le_span s = {t->data, t->data};
-  if (!t->data) return s;
-  const le_type_traits *tr = le_traits(t->type);
-  const int64_t ts = tr ? (int64_t)tr->size : 8, bl = tr ? tr->blck : 1; /* unknown: wide */
-  int64_t ext = ts + (t->ne[0] / bl - 1) * t->nb[0];
-  for (int i = 0; i < LE_MAX_DIMS; i++) {
-    if (t->ne[i] <= 0) return s;
-    if (i > 0) ext += (t->ne[i] - 1) * t->nb[i];
-  }
-  s.hi = s.lo + (uint64_t)ext;
-  return s;
-}
-
-static int le_overlap(le_span a, le_span b) {
-  return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
-}
-
-/* How a node uses the context scratch, as far as other threads can see. */
-typedef struct le_scratch {
-  enum { LE_SCR_SHARED, LE_SCR_PRIVATE, LE_SCR_SOLO } kind;
-  /* SHARED: the whole scratch, every thread. PRIVATE: thread ith only
-   * [ith * bytes, (ith + 1) * bytes). SOLO: thread 0 only, [0, bytes). */
-  int64_t bytes; /* 0: no scratch */
-} le_scratch;
-
-/* Whether two nodes' scratch use can overlap in time without touching the
- * same bytes from different threads. */
-static int le_scratch_ok(le_scratch a, le_scratch b) {
-  if (!a.bytes || !b.bytes) return 1;
-  if (a.kind == LE_SCR_SHARED || b.kind == LE_SCR_SHARED) return 0;
-  if (a.kind == b.kind) return a.kind == LE_SCR_SOLO || a.bytes == b.bytes;
-  /* thread 0's solo bytes against the private parts of threads >= 1 */
-  return a.kind == LE_SCR_SOLO ? a.bytes <= b.bytes : b.bytes <= a.bytes;
-}
-
-/* Whether node j may run concurrently with node g (which comes before it):
- * j reads nothing g writes, writes nothing g reads or writes, and their
- * scratch use cannot collide. */
-static int le_independent(const le_node *g, const le_node *j, le_scratch sg, le_scratch sj) {
-  if (!le_scratch_ok(sg, sj)) return 0;
-  /* split-KV flash attention shares its partial sums across threads */
-  if ((g->op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(g)) ||
-      (j->op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(j)))
-    return 0;
-  const le_span gd = le_span_of(&g->dst), jd = le_span_of(&j->dst);
-  if (le_overlap(gd, jd)) return 0;
-  for (int k = 0; k < g->n_src && k < LE_MAX_SRC; k++)
-    if (le_overlap(jd, le_span_of(&g->src[k]))) return 0;
-  for (int k = 0; k < j->n_src && k < LE_MAX_SRC; k++)
-    if (le_overlap(gd, le_span_of(&j->src[k]))) return 0;
-  return 1;
-}
-
-/* Whether a node is so small that thread 0 computes it alone (as with one
- * thread: every op gives the same values for any thread count) while the
- * others skip it. A run of such nodes then needs no barriers inside. */
-static int le_solo(const le_node *n) {
-  const le_tensor *d = &n->dst;
-  const int64_t nd = d->ne[0] * d->ne[1] * d->ne[2] * d->ne[3];
-  if (n->op == LE_OP_MUL_MAT) return nd * n->src[0].ne[0] <= LE_SOLO_MACS;
-  /* ggml's split-KV flash attention cuts the cache by thread count */
-  if (n->op == LE_OP_FLASH_ATTN_EXT) return !le_flash_attn_split(n) && nd <= LE_SOLO_ELEMS;
-  return nd <= LE_SOLO_ELEMS;
-}
-
-/* Fill ctx->sync: a barrier before node i unless, for every node since the
- * last barrier, the two are independent or both run on thread 0 alone (one
- * thread, program order). With one thread nothing runs concurrently. */
-static void plan_barriers(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
-  int group[LE_GROUP_MAX];
-  le_scratch use[LE_GROUP_MAX];
-  int ng = 0;
-  const int nth = ctx->n_threads;
-  if (nth == 1) { /* nothing runs concurrently: every node "after a barrier", none solo */
-    if (n_nodes > 0) memset(ctx->sync, LE_SYNC_BEFORE, (size_t)n_nodes);
-    return;
-  }
-  for (int i = 0; i < n_nodes; i++) {
-    const le_node *n = &nodes[i];
-    const int solo = nth > 1 && le_solo(n);
-    /* as with one thread; mul_mat's conversion needs less than its wsize bound */
-    le_scratch u = {LE_SCR_SOLO, (int64_t)(n->op == LE_OP_MUL_MAT ? le_mm_src1_bytes(n)
-                                                                    : le_node_wsize(n, 1))};
-    if (!solo) {
-      const size_t priv = n->op == LE_OP_MUL_MAT ? le_mm_private_bytes(n, nth) : 0;
-      u = priv ? (le_scratch){LE_SCR_PRIVATE, (int64_t)priv}
-               : (le_scratch){LE_SCR_SHARED, (int64_t)le_node_wsize(n, nth)};
-    }
-    int ok = i > 0 && ng < LE_GROUP_MAX && nth > 1;
-    for (int k = 0; ok && k < ng; k++) {
-      const int g = group[k];
-      ok = ((ctx->sync[g] & LE_SYNC_SOLO) && solo) || /* thread 0 alone, in order */
-           le_independent(&nodes[g], n, use[k], u);
-    }
-    ctx->sync[i] = (uint8_t)((ok ? 0 : LE_SYNC_BEFORE) | (solo ? LE_SYNC_SOLO : 0));
-    if (!ok) ng = 0;
-    group[ng] = i;
-    use[ng++] = u;
-  }
 }
 
 static void *le_worker_main(void *arg) {
@@ -412,7 +328,10 @@ le_ctx *le_ctx_new(int32_t n_threads) {
     return NULL;
   }
   ctx->n_threads = n_threads;
+  ctx->nth_run = n_threads;
   const char *prof = getenv("LE_PROFILE");
+  const char *solo = getenv("LE_SOLO");
+  ctx->force_solo = solo && solo[0] == '1';
   ctx->profile = prof && *prof && *prof != '0' ? atoi(prof) > 1 ? 2 : 1 : 0;
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv, NULL);
@@ -442,10 +361,11 @@ void le_ctx_free(le_ctx *ctx) {
     if (ctx->n_computes)
       fprintf(stderr,
               "le_profile: %.1f barriers between nodes per compute (%lld computes), "
-              "%.2f sleeps and %.1f us of checks and barrier planning per compute\n",
+              "%.2f sleeps and %.1f us of checks and barrier planning per compute, "
+              "%lld computes on thread 0 alone (le_adapt, LE_SOLO)\n",
               (double)ctx->n_barriers / (double)ctx->n_computes, (long long)ctx->n_computes,
               (double)atomic_load(&ctx->n_sleeps) / (double)ctx->n_computes,
-              ctx->setup_ns / 1e3 / (double)ctx->n_computes);
+              ctx->setup_ns / 1e3 / (double)ctx->n_computes, (long long)ctx->n_solo);
     double tot = 0;
     for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
     for (int i = 0; i < LE_OP_COUNT; i++)
@@ -489,6 +409,38 @@ int32_t le_graph_compute(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
   return rc;
 }
 
+/* After a compute on all threads that took `wall` ns: when thread 0 spent
+ * a good part of it waiting past the spin for threads that were not
+ * running (other processes hold the CPUs), the next computes run on thread
+ * 0 alone, as with one thread: every node gives the same values on any
+ * thread count (those that would not keep all threads, see fixed_nth), and
+ * on a loaded machine one thread that runs beats two that take turns at
+ * every barrier, unless the same node array has run faster on all threads
+ * than on one (moving averages). Each fallback in a row lasts twice as long
+ * as the last, from LE_SOLO_MIN computes up to LE_SOLO_MAX but no more than
+ * about LE_SOLO_NS of them; a compute without such waits ends the series. */
+static void le_adapt(le_ctx *ctx, double wall) {
+  /* All threads still beat one on the same nodes, waits and all (a
+   * moderately busy machine): keep them. */
+  const double solo = ctx->ad[ctx->ad_cur].solo, all = ctx->ad[ctx->ad_cur].all;
+  if (solo > 0 && all > 0 && all < solo) {
+    ctx->solo_backoff = 0;
+    return;
+  }
+  if (le_slow_ns > LE_SLOW_SHARE * wall) {
+    const int b = ctx->solo_backoff ? 2 * ctx->solo_backoff : LE_SOLO_MIN;
+    ctx->solo_backoff = b > LE_SOLO_MAX ? LE_SOLO_MAX : b;
+    /* at most ~LE_SOLO_NS of computes like the last one run alone (this
+     * one's time on a busy machine says little of that): a big model's
+     * steps probe all threads again soon after the machine becomes idle */
+    const double est = ctx->solo_ns > 0 ? ctx->solo_ns : wall;
+    const double cap = LE_SOLO_NS / (est > 1 ? est : 1);
+    ctx->solo_left = cap < ctx->solo_backoff ? (cap < 1 ? 1 : (int)cap) : ctx->solo_backoff;
+  } else if (le_slow_ns < 0.25 * LE_SLOW_SHARE * wall) {
+    ctx->solo_backoff = 0;
+  }
+}
+
 static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t n_nodes) {
   if (!ctx || (!nodes && n_nodes > 0) || n_nodes < 0) {
     le_set_error("le_graph_compute: null context or node array");
@@ -501,7 +453,9 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
     return -2;
   }
   size_t need = 0;
+  int fixed_nth = 0; /* a node whose values depend on the thread count */
   for (int i = 0; i < n_nodes; i++) {
+    fixed_nth |= nodes[i].op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(&nodes[i]);
     if (le_node_check(&nodes[i]) != 0) {
       char msg[400];
       snprintf(msg, sizeof msg, "%s", le_last_error());
@@ -534,7 +488,13 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
     ctx->cap_nodes = cap;
   }
   if (n_nodes > 0) memset(ctx->chunks, 0, (size_t)n_nodes * sizeof(le_chunk));
-  plan_barriers(ctx, nodes, n_nodes);
+  const int adapt = ctx->n_threads > 1 && !fixed_nth;
+  ctx->nth_run = adapt && (ctx->solo_left > 0 || ctx->force_solo) ? 1 : ctx->n_threads;
+  if (ctx->nth_run == 1 && ctx->n_threads > 1) {
+    if (ctx->solo_left > 0) ctx->solo_left--;
+    ctx->n_solo++;
+  }
+  le_plan_barriers(ctx->sync, nodes, n_nodes, ctx->nth_run);
   if (ctx->profile) ctx->setup_ns += le_now_ns() - t_setup;
   if (ctx->profile > 1 && ctx->n_computes == 1) { /* the barrier plan: "|" barrier, "s" solo */
     for (int i = 0; i < n_nodes; i++)
@@ -561,12 +521,36 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   ctx->n_nodes = n_nodes;
   atomic_store(&ctx->failed, 0);
   atomic_store(&ctx->stopping, 0);
-  if (ctx->n_threads > 1) {
+  /* A compute that has to wake a sleeping worker first waits for the
+   * wake-up (slow in a VM even on an idle machine): it says nothing of how
+   * busy the machine is, so le_adapt does not judge it. */
+  const int judge = adapt && ctx->nth_run > 1 && atomic_load(&ctx->sleepers) == 0;
+  const int solo_run = ctx->nth_run == 1 && ctx->n_threads > 1;
+  const double t_run = judge || solo_run ? le_now_ns() : 0;
+  le_slow_ns = 0;
+  if (ctx->nth_run > 1) {
     atomic_fetch_add(&ctx->job_gen, 1);
     le_notify(ctx);
   }
   le_run_nodes(ctx, 0); /* ends with a barrier: every worker is done */
   ctx->nodes = NULL;
+  if (t_run > 0) {
+    const double wall = le_now_ns() - t_run;
+    int k = 0;
+    while (k < LE_AD_PROGRAMS && (ctx->ad[k].nodes != nodes || ctx->ad[k].n != n_nodes)) k++;
+    if (k == LE_AD_PROGRAMS) { /* a new one replaces the oldest */
+      k = ctx->ad_next;
+      ctx->ad_next = (k + 1) % LE_AD_PROGRAMS;
+      ctx->ad[k].nodes = nodes;
+      ctx->ad[k].n = n_nodes;
+      ctx->ad[k].solo = ctx->ad[k].all = 0;
+    }
+    ctx->ad_cur = k;
+    double *avg = solo_run ? &ctx->ad[k].solo : &ctx->ad[k].all;
+    *avg = *avg > 0 ? 0.75 * *avg + 0.25 * wall : wall;
+    if (solo_run) ctx->solo_ns = wall;
+    else le_adapt(ctx, wall);
+  }
   int rc = 0;
   if (atomic_load(&ctx->cancel)) {
     /* Also when the flag came after the last node: the caller asked to stop,

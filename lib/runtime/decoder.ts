@@ -333,6 +333,9 @@ export class Decoder {
     kv.resetShift();
   }
 
+  // A graph of this shape built before, its plan made current again (null
+  // when there is none, or its plan's arena has been reallocated since).
+
   async #decodeUbatch(
     ub: Ubatch,
     slot: SlotInfo | null,

@@ -1,0 +1,38 @@
+// A context with several threads may run a compute on thread 0 alone when
+// the machine is busy (kernels/src/threads.c, le_adapt); LE_SOLO=1 forces
+// that for every compute. The logits must be the bits of the same context
+// computed on one thread and on all threads, for a prompt and for the
+// one-token steps after it.
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { Model } from "../lib/model/model.ts";
+import { Context } from "../lib/runtime/context.ts";
+
+const MODEL = fileURLToPath(new URL("../models/tolstoy-6m-f16.gguf", import.meta.url));
+
+// The prompt's last logits, then each step's, as raw bits.
+async function run(m: Model, threads: number, solo: boolean): Promise<Uint32Array[]> {
+  if (solo) Deno.env.set("LE_SOLO", "1");
+  try {
+    await using ctx = await Context.create(m, { nCtx: 64, nBatch: 16, threads, flashAttn: false });
+    const out: Uint32Array[] = [];
+    const bits = (r: { logits: Float32Array[] }) =>
+      new Uint32Array(r.logits[r.logits.length - 1].slice().buffer);
+    out.push(bits(await ctx.decode([1, 50, 300, 7, 1200, 9, 33, 402, 8, 15])));
+    for (const t of [100, 2000, 5, 77, 901, 12]) out.push(bits(await ctx.decode([t])));
+    return out;
+  } finally {
+    if (solo) Deno.env.delete("LE_SOLO");
+  }
+}
+
+Deno.test("threads: computes forced onto thread 0 give the bits of one thread and of two", async () => {
+  using m = await Model.load(MODEL);
+  const one = await run(m, 1, false);
+  const two = await run(m, 2, false);
+  const solo = await run(m, 2, true);
+  for (let i = 0; i < one.length; i++) {
+    assert.deepEqual(two[i], one[i], `2 threads, output ${i}`);
+    assert.deepEqual(solo[i], one[i], `2 threads on thread 0 alone, output ${i}`);
+  }
+});
