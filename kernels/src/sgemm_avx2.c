@@ -44,28 +44,6 @@ LE_TARGET_AVX2 static inline float sg_hsum8(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
-/* sg_hsum8 of 8 accumulators at once, into r[0..8) in the order of a:
- * per output the same three additions (high + low halves, + the upper pair,
- * + the odd lane; IEEE addition is commutative, so operand order inside
- * each does not matter), done 8 outputs per instruction. Short rows (the
- * attention's K = head size) spend as much on the sums as on the FMAs. */
-LE_TARGET_AVX2 static inline void sg_hsum8x8(const __m256 *a, float *r) {
-  __m256 t[4], u[2];
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; k++) /* [t(a[2k]), t(a[2k+1])], t = high + low half */
-    t[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x31),
-                         _mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x20));
-#pragma GCC unroll 2
-  for (int k = 0; k < 2; k++) /* lanes t[0] + t[2], t[1] + t[3] of each */
-    u[k] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm256_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  float h[8]; /* outputs 0, 2, 4, 6, 1, 3, 5, 7 */
-  _mm256_storeu_ps(h, _mm256_hadd_ps(u[0], u[1]));
-  static const int at[8] = {0, 4, 1, 5, 2, 6, 3, 7};
-#pragma GCC unroll 8
-  for (int c = 0; c < 8; c++) r[c] = h[at[c]];
-}
-
 LE_TARGET_AVX2 static inline __m256 sg_load_x(const int F16, const char *p, int64_t l) {
   if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + l)));
   return _mm256_loadu_ps((const float *)p + l);
@@ -125,20 +103,6 @@ sg_tile(const int F16, const int RM, const int RN, int64_t n, float *s, size_t b
     SG_STEP(l);
   }
 #undef SG_STEP
-  if (RM == 3 && RN == 4) { /* 12 sums as 8 + 4 (the last 4 twice) */
-    float r0[8], r1[8];
-    sg_hsum8x8(acc[0], r0); /* acc[0][0..4), acc[1][0..4) */
-    const __m256 last[8] = {acc[2][0], acc[2][1], acc[2][2], acc[2][3],
-                            acc[2][0], acc[2][1], acc[2][2], acc[2][3]};
-    sg_hsum8x8(last, r1);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {
-      s[c * bs] = r0[c];
-      s[c * bs + 1] = r0[4 + c];
-      s[c * bs + 2] = r1[c];
-    }
-    return;
-  }
 #pragma GCC unroll 3
   for (int r = 0; r < RM; r++)
 #pragma GCC unroll 4
