@@ -7,32 +7,35 @@
  * see (every output is one chain, computed wherever it sits).
  *
  * What the schedule is for: a decode step of several sequences (N = 2..16)
- * must stream each weight row from memory once and spend as little as
- * possible besides the FMAs. mul_mat gives the columns already widened to
- * f32 (f16-rounded for F16 weights, so widening is exact), so only the
- * weights need converting, once per row per column group:
- * - K <= 1024 and fewer than 16 columns: one row against up to 8 columns
- *   (8 accumulators, one weight load and conversion per 8 FMAs; the 8
- *   columns stay in L1);
- * - longer rows, 16 or more columns, or fewer than 5 left: three rows
- *   against up to 4 columns (12 accumulators; each column vector loaded
- *   serves three rows, so the tile is bound by its FMAs, not its loads).
- * Column groups run over all rows of the block in turn, so a block's rows
- * come from memory once (the first group) and from L1/L2 after. The first
- * group prefetches the weights a few KiB ahead: this VM's hardware
- * prefetcher stops at 4 KiB pages. */
+ * must stream each weight row from memory once, keep the memory busy the
+ * whole time, and spend as little as possible besides the FMAs. mul_mat
+ * gives the columns already widened to f32 (f16-rounded for F16 weights, so
+ * widening is exact), so only the weights need converting. The tile is three
+ * rows against up to 4 columns (12 accumulators; each column vector loaded
+ * serves three rows and each converted weight vector four columns, so the
+ * tile is bound by its FMAs: ~90% of the FMA peak on Zen 3, where one row
+ * against 8 columns reached ~75%, bound by its 9 loads per 8 FMAs).
+ * - fewer than 16 columns: three rows at a time against every column, in
+ *   ceil(N / 4) groups of 3 or 4 (never a lone column); the three rows stay
+ *   in L1 from one group to the next, so the weights stream at an even pace.
+ *   Each group prefetches its share of the next three rows' lines: issuing
+ *   them all in the first group stalls it on full miss buffers and leaves
+ *   the memory idle during the others (measured: 2 threads, N = 8, K = 768,
+ *   -10% time per layer against all prefetches in the first group);
+ * - 16 or more columns: column groups of 4 over all rows of the block in
+ *   turn, so a block's rows come from memory once (the first group) and from
+ *   L2 after, and the columns, too many for L1, are reused 3 rows at a time.
+ * The prefetches run a fixed distance ahead: this VM's hardware prefetcher
+ * stops at 4 KiB pages. */
 #include "q_common.h"
 
 #if defined(LE_X86)
 
-/* Bytes of weights fetched ahead of the rows being read. */
+/* Bytes of weights fetched ahead of a lone row being read. */
 #define SG_PF_AHEAD 4096
-/* From this many columns on, three-row tiles win everywhere: the tiles'
- * loads, not memory, bound the time (measured: 16 and 512 columns, K 768;
- * 8 columns go faster one row at a time). */
+/* From this many columns on, column groups run over whole blocks (the
+ * columns no longer fit L1 beside the rows). */
 #define SG_WIDE_N 16
-/* Longest row whose 8 widened columns (8 * 4 * K bytes) stay in L1. */
-#define SG_NARROW_K 1024
 
 LE_TARGET_AVX2 static inline float sg_hsum8(__m256 v) {
   __m128 x = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
@@ -41,90 +44,87 @@ LE_TARGET_AVX2 static inline float sg_hsum8(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
-/* sg_hsum8 of 8 accumulators at once, into s[c * bs] for c < 8: per
- * output the same three additions (high + low halves, + the upper pair,
- * + the odd lane; IEEE addition is commutative, so operand order inside
- * each does not matter), done 8 outputs per instruction. Short rows (the
- * attention's K = head size) spend as much on the sums as on the FMAs. */
-LE_TARGET_AVX2 static inline void sg_hsum8x8(const __m256 *a, float *s, size_t bs) {
-  __m256 t[4], u[2];
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; k++) /* [t(a[2k]), t(a[2k+1])], t = high + low half */
-    t[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x31),
-                         _mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x20));
-#pragma GCC unroll 2
-  for (int k = 0; k < 2; k++) /* lanes t[0] + t[2], t[1] + t[3] of each */
-    u[k] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm256_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  float r[8]; /* outputs 0, 2, 4, 6, 1, 3, 5, 7 */
-  _mm256_storeu_ps(r, _mm256_hadd_ps(u[0], u[1]));
-  static const int at[8] = {0, 4, 1, 5, 2, 6, 3, 7};
-#pragma GCC unroll 8
-  for (int c = 0; c < 8; c++) s[c * bs] = r[at[c]];
-}
-
 LE_TARGET_AVX2 static inline __m256 sg_load_x(const int F16, const char *p, int64_t l) {
   if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + l)));
   return _mm256_loadu_ps((const float *)p + l);
 }
 
 /* RM rows (bx bytes apart) x RN columns (by floats apart) into
- * s[c * bs + r]; pf: prefetch the rows SG_PF_AHEAD bytes ahead. */
+ * s[c * bs + r]. Prefetch (ahead != 0): the rows' lines ahead bytes on, for
+ * the lines j with j % png == pg only (one share of png). */
 LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
 sg_tile(const int F16, const int RM, const int RN, int64_t n, float *s, size_t bs, const char *x,
-        size_t bx, const float *y, size_t by, int pf) {
-  __m256 acc[3][8];
+        size_t bx, const float *y, size_t by, size_t ahead, int pg, int png) {
+  __m256 acc[3][4];
 #pragma GCC unroll 3
   for (int r = 0; r < RM; r++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
   const int64_t step_line = F16 ? 32 : 16; /* elements per 64-byte line */
-  /* one row: a fixed distance (several rows ahead for short rows); three
-   * rows: the same place in the next three rows */
-  const size_t ahead = RM == 1 ? SG_PF_AHEAD : (size_t)RM * bx;
-  for (int64_t l = 0; l < n; l += 8) {
-    if (pf && (l & (step_line - 1)) == 0) {
+/* one step of 8 elements: RM weight vectors (converted once) times RN
+ * column vectors */
+#define SG_STEP(L)                                                                   \
+  do {                                                                               \
+    __m256 a[3];                                                                     \
+    _Pragma("GCC unroll 3") for (int r = 0; r < RM; r++) a[r] =                      \
+        sg_load_x(F16, x + r * bx, (L));                                             \
+    _Pragma("GCC unroll 4") for (int c = 0; c < RN; c++) {                           \
+      const __m256 b = _mm256_loadu_ps(y + c * by + (L));                            \
+      _Pragma("GCC unroll 3") for (int r = 0; r < RM; r++) acc[r][c] =               \
+          _mm256_fmadd_ps(a[r], b, acc[r][c]);                                       \
+    }                                                                                \
+  } while (0)
+  /* Whole 64-byte lines of weights per trip, with the line's prefetch
+   * outside the steps: a test and branch per step cost up to ~10%. */
+  int64_t l = 0;
+  if (ahead) {
+    for (int k = pg; l + step_line <= n; l += step_line, k--) {
+      if (k == 0) {
+        k = png;
+#pragma GCC unroll 3
+        for (int r = 0; r < RM; r++)
+          _mm_prefetch(x + r * bx + l * (F16 ? 2 : 4) + ahead, _MM_HINT_T0);
+      }
+#pragma GCC unroll 4
+      for (int64_t j = 0; j < step_line; j += 8) SG_STEP(l + j);
+    }
+  } else {
+    for (; l + 16 <= n; l += 16) {
+      SG_STEP(l);
+      SG_STEP(l + 8);
+    }
+  }
+  for (; l < n; l += 8) { /* the part line left (K % 8 == 0) */
+    if (ahead && pg == 0 && (l & (step_line - 1)) == 0) {
 #pragma GCC unroll 3
       for (int r = 0; r < RM; r++)
         _mm_prefetch(x + r * bx + l * (F16 ? 2 : 4) + ahead, _MM_HINT_T0);
     }
-    __m256 a[3];
-#pragma GCC unroll 3
-    for (int r = 0; r < RM; r++) a[r] = sg_load_x(F16, x + r * bx, l);
-#pragma GCC unroll 8
-    for (int c = 0; c < RN; c++) {
-      const __m256 b = _mm256_loadu_ps(y + c * by + l);
-#pragma GCC unroll 3
-      for (int r = 0; r < RM; r++) acc[r][c] = _mm256_fmadd_ps(a[r], b, acc[r][c]);
-    }
+    SG_STEP(l);
   }
-  if (RM == 1 && RN == 8) {
-    sg_hsum8x8(acc[0], s, bs);
-    return;
-  }
+#undef SG_STEP
 #pragma GCC unroll 3
   for (int r = 0; r < RM; r++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int c = 0; c < RN; c++) s[c * bs + r] = sg_hsum8(acc[r][c]);
 }
 
 typedef void (*sg_fn)(int64_t n, float *s, size_t bs, const char *x, size_t bx, const float *y,
-                      size_t by, int pf);
+                      size_t by, size_t ahead, int pg, int png);
 
 #define SG_FN(F16, RM, RN)                                                                    \
   LE_TARGET_AVX2 static void sg_##F16##_##RM##x##RN(int64_t n, float *s, size_t bs,            \
                                                     const char *x, size_t bx, const float *y, \
-                                                    size_t by, int pf) {                      \
-    sg_tile(F16, RM, RN, n, s, bs, x, bx, y, by, pf);                                         \
+                                                    size_t by, size_t ahead, int pg,          \
+                                                    int png) {                                \
+    sg_tile(F16, RM, RN, n, s, bs, x, bx, y, by, ahead, pg, png);                             \
   }
-#define SG_SET(F16)                                                                         \
-  SG_FN(F16, 1, 1) SG_FN(F16, 1, 2) SG_FN(F16, 1, 3) SG_FN(F16, 1, 4) SG_FN(F16, 1, 5)      \
-  SG_FN(F16, 1, 6) SG_FN(F16, 1, 7) SG_FN(F16, 1, 8) SG_FN(F16, 3, 1) SG_FN(F16, 3, 2)      \
-  SG_FN(F16, 3, 3) SG_FN(F16, 3, 4)                                                         \
-  static const sg_fn sg_one_##F16[9] = {NULL,           sg_##F16##_1x1, sg_##F16##_1x2,      \
-                                        sg_##F16##_1x3, sg_##F16##_1x4, sg_##F16##_1x5,      \
-                                        sg_##F16##_1x6, sg_##F16##_1x7, sg_##F16##_1x8};     \
-  static const sg_fn sg_three_##F16[5] = {NULL, sg_##F16##_3x1, sg_##F16##_3x2,             \
+#define SG_SET(F16)                                                                          \
+  SG_FN(F16, 1, 1) SG_FN(F16, 1, 2) SG_FN(F16, 1, 3) SG_FN(F16, 1, 4) SG_FN(F16, 3, 1)       \
+  SG_FN(F16, 3, 2) SG_FN(F16, 3, 3) SG_FN(F16, 3, 4)                                         \
+  static const sg_fn sg_one_##F16[5] = {NULL, sg_##F16##_1x1, sg_##F16##_1x2, sg_##F16##_1x3, \
+                                        sg_##F16##_1x4};                                     \
+  static const sg_fn sg_three_##F16[5] = {NULL, sg_##F16##_3x1, sg_##F16##_3x2,              \
                                           sg_##F16##_3x3, sg_##F16##_3x4};
 SG_SET(0)
 SG_SET(1)
@@ -133,23 +133,37 @@ void le_sgemm8_panel(int f16, int64_t K, const void *vx, size_t bx, int64_t nr, 
                      size_t by, int64_t nc, float *s, size_t bs) {
   const char *x = vx;
   const sg_fn *one = f16 ? sg_one_1 : sg_one_0, *three = f16 ? sg_three_1 : sg_three_0;
-  for (int64_t c = 0; c < nc;) {
-    const int64_t left = nc - c;
-    if (K <= SG_NARROW_K && left >= 5 && nc < SG_WIDE_N) {
-      /* one row against 5..8 columns: 5..8 accumulator chains */
-      const int rn = (int)LE_MIN(8, left);
-      for (int64_t r = 0; r < nr; r++)
-        one[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, c == 0);
-      c += rn;
-      continue;
+  if (nc < SG_WIDE_N) {
+    /* rows outer (see the top of this file): groups as even as possible,
+     * each prefetching its share of the next three rows */
+    const int ng = (int)(nc + 3) / 4;
+    for (int64_t r = 0; r < nr; r += 3) {
+      const int rm = (int)LE_MIN(3, nr - r);
+      int64_t c = 0;
+      for (int g = 0; g < ng; g++) {
+        const int rn = (int)((nc - c + (ng - g) - 1) / (ng - g));
+        if (rm == 3) {
+          three[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, 3 * bx, g, ng);
+        } else {
+          for (int i = 0; i < rm; i++)
+            one[rn](K, s + c * bs + r + i, bs, x + (r + i) * bx, bx, y + c * by, by, 3 * bx, g,
+                    ng);
+        }
+        c += rn;
+      }
     }
-    /* three rows against up to 4 columns: each column load serves three
-     * rows, and 3 to 12 chains; the rows left over one by one */
-    const int rn = (int)LE_MIN(4, left);
+    return;
+  }
+  for (int64_t c = 0; c < nc;) {
+    /* three rows against up to 4 columns over the whole block, the rows left
+     * over one by one; the first group streams the block in */
+    const int rn = (int)LE_MIN(4, nc - c);
     int64_t r = 0;
     for (; r + 3 <= nr; r += 3)
-      three[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, c == 0);
-    for (; r < nr; r++) one[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, c == 0);
+      three[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, c == 0 ? 3 * bx : 0, 0, 1);
+    for (; r < nr; r++)
+      one[rn](K, s + c * bs + r, bs, x + r * bx, bx, y + c * by, by, c == 0 ? SG_PF_AHEAD : 0, 0,
+              1);
     c += rn;
   }
 }
