@@ -77,28 +77,42 @@ export async function readFileIntoWasm(
   const kernels = options.kernels ?? await loadWasmKernels();
   using file = await Deno.open(path, { read: true });
   const size = (await file.stat()).size;
+  const progress = options.progress ?? stderrProgress();
+  return await fill(kernels, path, size, options, async (out, report) => {
+    for (let done = 0; done < size;) {
+      options.signal?.throwIfAborted();
+      const n = await file.read(out.bytes.subarray(done, Math.min(size, done + CHUNK)));
+      if (n === null) throw new WasmKernelError(`${path}: file ended at ${done} of ${size} bytes`);
+      done += n;
+      progress.bytes(`reading ${path} into WebAssembly memory`, done, size);
+      report(done);
+    }
+  });
+}
+
+/**
+ * Allocates `size` bytes of the kernels' memory for `name` (refused with
+ * both sizes when wasm32 cannot hold them) and has `copy` fill them, calling
+ * `report(done)` after each chunk; the last report is the total, also for an
+ * empty file. On any error the allocation is freed and the error rethrown.
+ */
+async function fill(
+  kernels: WasmKernels,
+  name: string,
+  size: number,
+  options: CopyOptions,
+  copy: (out: WasmFile, report: (done: number) => void) => Promise<void>,
+): Promise<WasmFile> {
   if (size + kernels.memoryBytes > WASM32_MAX_BYTES) {
     throw new WasmKernelError(
-      `${path}: the model file is ${size} bytes; the WebAssembly (wasm32) memory holds at most ` +
+      `${name}: the model is ${size} bytes; the WebAssembly (wasm32) memory holds at most ` +
         `${WASM32_MAX_BYTES} bytes (4 GiB), ${kernels.memoryBytes} of them in use: use the CPU ` +
         `backend (--allow-ffi) for this model`,
     );
   }
-  const addr = kernels.alloc(size, `reading ${path}`);
-  const out = new WasmFile(kernels, path, addr, size);
-  const progress = options.progress ?? stderrProgress();
+  const out = new WasmFile(kernels, name, kernels.alloc(size, `reading ${name}`), size);
   try {
-    let done = 0;
-    while (done < size) {
-      // a fresh view per read: nothing allocates meanwhile, but stay safe
-      options.signal?.throwIfAborted();
-      const view = out.bytes.subarray(done, Math.min(size, done + CHUNK));
-      const n = await file.read(view);
-      if (n === null) throw new WasmKernelError(`${path}: file ended at ${done} of ${size} bytes`);
-      done += n;
-      progress.bytes(`reading ${path} into WebAssembly memory`, done, size);
-      options.onBytes?.(done, size);
-    }
+    await copy(out, (done) => options.onBytes?.(done, size));
     if (size === 0) options.onBytes?.(0, 0);
   } catch (e) {
     out[Symbol.dispose]();
@@ -110,13 +124,6 @@ export async function readFileIntoWasm(
 // One turn of the event loop (a timer: the only turn every runtime has),
 // so that an abort requested meanwhile is seen by the next check.
 const turn = () => new Promise<void>((resolve) => setTimeout(resolve, 0));
-
-function tooBig(name: string, size: number, kernels: WasmKernels): WasmKernelError {
-  return new WasmKernelError(
-    `${name}: the model is ${size} bytes; the WebAssembly (wasm32) memory holds at most ` +
-      `${WASM32_MAX_BYTES} bytes (4 GiB), ${kernels.memoryBytes} of them in use`,
-  );
-}
 
 /**
  * Copies a whole model file already in memory (`bytes`, named `name` in
@@ -133,9 +140,7 @@ export async function bytesIntoWasm(
   options.signal?.throwIfAborted();
   const kernels = options.kernels ?? await loadWasmKernels();
   const size = bytes.byteLength;
-  if (size + kernels.memoryBytes > WASM32_MAX_BYTES) throw tooBig(name, size, kernels);
-  const out = new WasmFile(kernels, name, kernels.alloc(size, `copying ${name}`), size);
-  try {
+  return await fill(kernels, name, size, options, async (out, report) => {
     for (let done = 0; done < size;) {
       if (options.signal && done > 0) {
         await turn();
@@ -144,14 +149,9 @@ export async function bytesIntoWasm(
       const end = Math.min(size, done + CHUNK);
       out.bytes.set(bytes.subarray(done, end), done);
       done = end;
-      options.onBytes?.(done, size);
+      report(done);
     }
-    if (size === 0) options.onBytes?.(0, 0);
-  } catch (e) {
-    out[Symbol.dispose]();
-    throw e;
-  }
-  return out;
+  });
 }
 
 /**
@@ -170,34 +170,31 @@ export async function streamIntoWasm(
 ): Promise<MappedFile> {
   options.signal?.throwIfAborted();
   const kernels = options.kernels ?? await loadWasmKernels();
-  if (size + kernels.memoryBytes > WASM32_MAX_BYTES) throw tooBig(name, size, kernels);
-  const out = new WasmFile(kernels, name, kernels.alloc(size, `reading ${name}`), size);
   const reader = body.getReader();
   try {
-    let done = 0;
-    for (;;) {
-      options.signal?.throwIfAborted();
-      const { value, done: end } = await reader.read();
-      if (end) break;
-      if (done + value.byteLength > size) {
+    return await fill(kernels, name, size, options, async (out, report) => {
+      let done = 0;
+      for (;;) {
+        options.signal?.throwIfAborted();
+        const { value, done: end } = await reader.read();
+        if (end) break;
+        if (done + value.byteLength > size) {
+          throw new WasmKernelError(
+            `${name}: the body is longer than its ${size} bytes (Content-Length)`,
+          );
+        }
+        out.bytes.set(value, done);
+        done += value.byteLength;
+        report(done);
+      }
+      if (done !== size) {
         throw new WasmKernelError(
-          `${name}: the body is longer than its ${size} bytes (Content-Length)`,
+          `${name}: the body ended at ${done} of ${size} bytes (Content-Length)`,
         );
       }
-      out.bytes.set(value, done);
-      done += value.byteLength;
-      options.onBytes?.(done, size);
-    }
-    if (done !== size) {
-      throw new WasmKernelError(
-        `${name}: the body ended at ${done} of ${size} bytes (Content-Length)`,
-      );
-    }
-    if (size === 0) options.onBytes?.(0, 0);
+    });
   } catch (e) {
-    out[Symbol.dispose]();
     await reader.cancel().catch(() => {});
     throw e;
   }
-  return out;
 }
