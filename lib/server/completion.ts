@@ -242,38 +242,45 @@ export async function completion(
     const putCalls = (ds: ToolCallDelta[]) => {
       if (ds.length) put({ delta: { tool_calls: ds }, logprobs: null, finish_reason: null });
     };
-    let r = await job.next();
-    begun[index].resolve();
-    if (chat) {
-      put({
-        delta: { role: "assistant", content: calls ? null : "" },
-        logprobs: null,
-        finish_reason: null,
-      });
-    }
-    while (!r.done) {
-      const e = r.value;
-      if (calls) putCalls(calls.push(e.text));
-      else if (chat) {
-        const logprobs = e.logprobs.length ? { content: lp.chat(e.logprobs) } : null;
-        put({ delta: { content: e.text }, logprobs, finish_reason: null });
-      } else {
-        const logprobs = sr.logprobs !== null ? lp.legacy(e.logprobs, offset) : null;
-        offset += e.text.length;
-        put({ text: e.text, logprobs, finish_reason: null });
+    // However this ends (a put that throws once the reader left, an
+    // error), the job is closed: its finally gives the slot back. A job left
+    // suspended at a yield would hold its slot forever.
+    try {
+      let r = await job.next();
+      begun[index].resolve();
+      if (chat) {
+        put({
+          delta: { role: "assistant", content: calls ? null : "" },
+          logprobs: null,
+          finish_reason: null,
+        });
       }
-      r = await job.next();
+      while (!r.done) {
+        const e = r.value;
+        if (calls) putCalls(calls.push(e.text));
+        else if (chat) {
+          const logprobs = e.logprobs.length ? { content: lp.chat(e.logprobs) } : null;
+          put({ delta: { content: e.text }, logprobs, finish_reason: null });
+        } else {
+          const logprobs = sr.logprobs !== null ? lp.legacy(e.logprobs, offset) : null;
+          offset += e.text.length;
+          put({ text: e.text, logprobs, finish_reason: null });
+        }
+        r = await job.next();
+      }
+      if (calls) {
+        putCalls(calls.end());
+        if (r.value.finish === "stop" && calls.count > 0) r.value.finish = "tool_calls";
+      }
+      results[index] = r.value;
+      put(
+        chat
+          ? { delta: {}, logprobs: null, finish_reason: r.value.finish }
+          : { text: "", logprobs: null, finish_reason: r.value.finish },
+      );
+    } finally {
+      await job.return(undefined as never).catch(() => {});
     }
-    if (calls) {
-      putCalls(calls.end());
-      if (r.value.finish === "stop" && calls.count > 0) r.value.finish = "tool_calls";
-    }
-    results[index] = r.value;
-    put(
-      chat
-        ? { delta: {}, logprobs: null, finish_reason: r.value.finish }
-        : { text: "", logprobs: null, finish_reason: r.value.finish },
-    );
   };
   all = Promise.all(jobs.map((_, i) => one(i)));
   all.then(() => {
