@@ -9,6 +9,12 @@ import { setAddress } from "./pointers.ts";
 /** Symbol definitions mirroring kernels/include/llm_edge.h. */
 export const SYMBOLS = {
   le_abi_version: { parameters: [], result: "i32" },
+  /**
+   * A short sleep on a Deno worker thread: the event loop parks and polls
+   * I/O before it returns (resolved promises and setImmediate turns do
+   * not, and a call that returns at once may beat the park).
+   */
+  le_pause: { parameters: ["i32"], result: "i32", nonblocking: true },
   le_cpu_features: { parameters: [], result: "i32" },
   le_set_simd_level: { parameters: ["i32"], result: "i32" },
   le_last_error: { parameters: [], result: "pointer" },
@@ -28,8 +34,8 @@ export const SYMBOLS = {
     result: "i32",
     nonblocking: true,
   },
-  /** The same function called synchronously, for tiny graphs and tests. */
   le_ctx_error: { parameters: ["pointer"], result: "pointer" },
+  /** The same function called synchronously, for tiny graphs and tests. */
   le_graph_compute_sync: {
     name: "le_graph_compute",
     parameters: ["pointer", "pointer", "i32"],
@@ -50,7 +56,7 @@ export const SYMBOLS = {
 export type LlmEdgeSymbols = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 
 /** ABI version this TypeScript expects (`LE_ABI_VERSION`). */
-export const ABI_VERSION = 4;
+export const ABI_VERSION = 5;
 
 /** `LE_MAX_THREADS`: the most threads a native context runs (le_ctx_new refuses more). */
 export const MAX_THREADS = 512;

@@ -317,46 +317,44 @@ Deno.test({
     );
     try {
       const eos = lm.tokenizer.eos;
-      // A stream that runs well past the long prompt's processing.
+      // A stream that runs well past the long prompt's processing (which
+      // reaches the server within a few event-loop turns: cpu_sync_test).
+      const nStream = 250;
       const stream = await srv.client.completions.create({
         model,
         prompt: "The prince",
-        max_tokens: 150,
+        max_tokens: nStream,
         temperature: 0,
         logit_bias: { [eos]: -100 },
         stream: true,
       });
+      // The long prompt goes in once the stream is under way.
       const it = stream[Symbol.asyncIterator]();
-      const arrivals: number[] = [];
-      for (let i = 0; i < 3; i++) {
-        await it.next();
-        arrivals.push(performance.now());
-      }
+      let received = 0;
+      for (let i = 0; i < 3; i++) if (!(await it.next()).done) received++;
       const done = (async () => {
-        for (let r = await it.next(); !r.done; r = await it.next()) {
-          arrivals.push(performance.now());
-        }
+        for (let r = await it.next(); !r.done; r = await it.next()) received++;
       })();
       const long = "Pierre walked along the road and thought about the war. ".repeat(14);
       const nLong = lm.tokenizer.encode(long, { addSpecial: true }).length;
       const chunks = Math.ceil(nLong / (batch - 1));
       assert.ok(nLong > 8 * batch && nLong < SLOT - 4, `${nLong} prompt tokens`);
-      const t0 = performance.now();
       const r = await srv.client.completions.create({ model, prompt: long, max_tokens: 1 });
-      const t1 = performance.now();
       assert.equal(r.usage!.prompt_tokens, nLong);
       await done;
-      // Each chunk of the long prompt shares its decode with one token of the
-      // stream: the stream got about one token per chunk meanwhile (a prompt
-      // read in one go would have given it none).
-      const during = arrivals.filter((x) => x > t0 && x < t1).length;
-      assert.ok(during >= chunks - 3, `${during} stream tokens during ${chunks} prompt chunks`);
-      // /metrics: the stream and the prompt shared most decodes.
+      assert.equal(received, nStream, "every token of the stream came");
+      // Counted by the server (the client's arrival times in this process
+      // say more about its own event loop): each chunk of the long prompt
+      // shared its decode with one token of the stream, so the stream's
+      // decodes were all there were (a prompt read in one go, or chunks
+      // decoded on their own, would add decodes and starve the stream).
       const m = await (await fetch(`${srv.base}/metrics`)).text();
       const decodes = Number(m.match(/^llmedge:n_decode_total (\S+)$/m)?.[1]);
       const per = Number(m.match(/^llmedge:n_busy_slots_per_decode (\S+)$/m)?.[1]);
-      assert.ok(decodes >= 150 && decodes < 150 + chunks + 10, `${decodes} decodes`);
-      assert.ok(per > 1 && per <= 2, `${per} slots per decode`);
+      // The stream: its prompt, then one decode per token but the last; at
+      // most one chunk may go alone (the stream between two tokens).
+      assert.ok(decodes >= nStream && decodes <= nStream + 1, `${decodes} decodes`);
+      assert.ok(per >= (nStream + chunks - 1) / decodes, `${per} slots per decode`);
     } finally {
       await srv.close();
     }

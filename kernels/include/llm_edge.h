@@ -23,7 +23,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define LE_ABI_VERSION 4
+#define LE_ABI_VERSION 5
 
 /* ---- ops -------------------------------------------------------------- */
 /* Semantics are ggml's. Which types and shapes each op accepts is decided in
@@ -101,6 +101,11 @@ typedef struct le_node {
 
 /* ---- library ---------------------------------------------------------- */
 int32_t le_abi_version(void);
+/* Sleeps `micros` (0..1000; else -1) on the calling thread. Called on a
+ * Deno worker thread (nonblocking FFI), it makes the event loop park, and
+ * so poll I/O, before the call returns: a call that returns at once may
+ * resolve before the loop parks, and then I/O waits. Not in wasm. */
+int32_t le_pause(int32_t micros);
 /* Bit set of what this CPU supports: 1 AVX2+FMA+F16C, 2 AVX-512F/BW/VL, 4 NEON. */
 int32_t le_cpu_features(void);
 /* Force a SIMD level for tests: 0 scalar, 1 AVX2, 2 AVX-512, 3 NEON, -1 best.

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
+#include <time.h>
 #if !defined(__wasi__)
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -31,6 +32,19 @@ void le_set_error(const char *fmt, ...) {
 const char *le_last_error(void) { return le_err; }
 
 int32_t le_abi_version(void) { return LE_ABI_VERSION; }
+
+#if !defined(__wasi__)
+int32_t le_pause(int32_t micros) {
+  if (micros < 0 || micros > 1000) {
+    le_set_error("le_pause: %d microseconds is outside 0..1000", micros);
+    return -1;
+  }
+  struct timespec t = {0, (long)micros * 1000};
+  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+  }
+  return 0;
+}
+#endif
 
 #if defined(LE_X86)
 static uint64_t le_xgetbv(void) {

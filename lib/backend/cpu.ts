@@ -47,10 +47,19 @@ export interface CpuBackendOptions {
 
 /** Default of {@link CpuBackendOptions.syncBelowMs}. */
 export const SYNC_BELOW_MS = 3;
-// Synchronous runs in a row at most this long (ms) before one runs on
-// another thread, so the event loop (I/O, timers, abort signals) gets a
-// turn: awaiting resolved promises never yields to it.
-const SYNC_SLICE_MS = 16;
+// Synchronous runs go on for at most this long (ms of wall time) before
+// the event loop gets a turn (see #turn): awaiting resolved promises never
+// yields to it, and setImmediate turns poll I/O only now and then. Every
+// step of an HTTP request (accept, read, handler, write) waits for such a
+// turn: with 16 ms of compute between turns, a server's new request waited
+// out a whole 400-token stream (150-220 ms); with 4 ms of wall time it
+// reaches its handler in ~25 ms. A turn costs ~0.1-0.2 ms.
+const SYNC_SLICE_MS = 4;
+// The worker thread's sleep in a turn (µs): long enough that the event
+// loop surely parks before the call returns (with a call that returned at
+// once, a local request waited up to 2 s behind 0.5 ms steps, because the
+// loop then polls I/O only every few dozen turns).
+const TURN_PAUSE_US = 50;
 
 /**
  * A buffer allocated natively by the CPU backend: host memory, so set, get
@@ -187,8 +196,9 @@ export class CpuBackend implements Backend {
   // Computes queued or running (the queue is idle at 0).
   #pending = 0;
   readonly #syncBelowMs: number;
-  // Milliseconds run synchronously since the last asynchronous run.
-  #syncRun = 0;
+  // When the event loop last turned under this backend's calls (a run on
+  // another thread or a #turn completed).
+  #yieldedAt = -Infinity;
   #lastSync = false;
   readonly #addr = new WeakMap<BackendBuffer, number>();
   readonly #repack: WeightRepacker | null;
@@ -425,18 +435,20 @@ export class CpuBackend implements Backend {
    * the kernels stop at their next node or row chunk and the promise
    * rejects with the signal's reason. A shorter one runs on this thread
    * (a decode step of a small model: the thread hop would cost a good part
-   * of the step), and every `SYNC_SLICE_MS` of such runs one goes to
-   * another thread so that the event loop gets its turn. Calls on one
-   * backend are queued, as they share the command buffer.
+   * of the step); once `SYNC_SLICE_MS` have passed since the event loop's
+   * last turn, the promise of such a run resolves only after a turn (I/O
+   * polled), so a loop of short decodes never starves a server's sockets.
+   * Calls on one backend are queued, as they share the command buffer.
    */
   compute(nodes: readonly ExecNode[], signal?: AbortSignal): Promise<void> {
     if (this.#pending === 0 && !this.#closed && nodes.length > 0 && !signal?.aborted) {
       const prog = this.#programFor(nodes);
-      if (prog && prog.lastMs <= this.#syncBelowMs && this.#syncRun < SYNC_SLICE_MS) {
+      const inSlice = performance.now() - this.#yieldedAt < SYNC_SLICE_MS;
+      if (prog && prog.lastMs <= this.#syncBelowMs) {
         try {
           this.#lastSync = true;
           this.#runSync(nodes);
-          return Promise.resolve();
+          return inSlice ? Promise.resolve() : this.#turn();
         } catch (e) {
           return Promise.reject(e);
         }
@@ -458,13 +470,13 @@ export class CpuBackend implements Backend {
       };
       signal?.addEventListener("abort", onAbort);
       this.#running++;
-      this.#syncRun = 0;
       let rc = 0, msg = "";
       const t0 = performance.now();
       try {
         rc = await sym.le_graph_compute(s.ctx, cmd, nodes.length);
         if (rc !== 0) msg = cString(sym.le_ctx_error(s.ctx));
       } finally {
+        this.#yieldedAt = performance.now();
         signal?.removeEventListener("abort", onAbort);
         this.#running--;
         if (this.#closed && this.#running === 0) this.#release();
@@ -488,6 +500,13 @@ export class CpuBackend implements Backend {
     return p;
   }
 
+  // Resolves after the event loop has parked once and polled I/O: a
+  // nonblocking le_pause of TURN_PAUSE_US (~0.1-0.2 ms in all).
+  async #turn(): Promise<void> {
+    await this.#s.lib.symbols.le_pause(TURN_PAUSE_US);
+    this.#yieldedAt = performance.now();
+  }
+
   // The cached program of `nodes` if it still encodes that array (no encoding).
   #programFor(nodes: readonly ExecNode[]): Program | undefined {
     const p = this.#s.programs[0];
@@ -503,7 +522,6 @@ export class CpuBackend implements Backend {
     const t0 = performance.now();
     const rc = sym.le_graph_compute_sync(this.#s.ctx, cmd, nodes.length);
     const ms = performance.now() - t0;
-    this.#syncRun += ms;
     this.#check(rc);
     prog.lastMs = ms;
   }
