@@ -15,6 +15,7 @@
  *
  * @module
  */
+import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { launchChromium } from "../tests/browser_util.ts";
@@ -31,6 +32,9 @@ const { values: a } = parseArgs({
     reps: { type: "string", default: "3" },
   },
 });
+// Absolute, so that "../" in the argument is not taken for a path escape
+// by the file server below (which refuses ".." in what it serves).
+const MODEL = resolve(a.model!);
 const P = Number(a.pp), N = Number(a.tg), REPS = Number(a.reps);
 for (const [k, v] of [["-p", P], ["-n", N], ["--reps", REPS]] as const) {
   if (!Number.isInteger(v) || v < 1) {
@@ -114,7 +118,7 @@ try {
       : path === "/dist/llm_edge.wasm"
       ? wasm
       : path === "/model.gguf"
-      ? a.model!
+      ? MODEL
       : path.startsWith("/wllama/")
       ? `${dir}/package/${path.slice(8)}`
       : undefined;
