@@ -9,6 +9,7 @@ import { CpuBackend } from "../lib/backend/cpu.ts";
 import type { ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
 import { Op } from "../lib/graph/ops.ts";
+import { requestDuringLoop } from "./event_loop_util.ts";
 
 const lib = await loadLibrary();
 
@@ -49,33 +50,16 @@ Deno.test("cpu: a short graph runs synchronously after its first run", async () 
 
 Deno.test({
   name: "cpu: a loop of synchronous runs lets a local HTTP request through",
-  // The server below is shut down in the test; its ops end with it.
   async fn() {
     using cpu = new CpuBackend({ threads: 2, library: lib, syncBelowMs: 1000 });
     const { nodes } = addNodes(cpu);
     await cpu.compute(nodes);
-    await using server = Deno.serve(
-      { hostname: "127.0.0.1", port: 0, onListen() {} },
-      () => new Response("ok"),
-    );
-    const url = `http://127.0.0.1:${server.addr.port}/`;
-    await (await fetch(url)).text(); // connection set up before the loop
-    // A generation loop of a small model: runs of ~0.5 ms, each awaited.
-    // Every step of the request (connect, read, handler, write) needs the
-    // event loop to poll I/O, which awaiting resolved promises never does:
-    // before the turns, such a request waited until the loop ended.
-    let answered = 0;
-    const t0 = performance.now();
-    const req = fetch(url).then((r) => r.text()).then(() => answered = performance.now() - t0);
-    let runs = 0, syncRuns = 0;
-    while (!answered && performance.now() - t0 < 3000) {
-      const t = performance.now();
-      while (performance.now() - t < 0.5); // the rest of a step (sampling, ...)
+    // Before the turns, such a request waited until the loop ended.
+    let syncRuns = 0;
+    const { answered, runs } = await requestDuringLoop(async () => {
       await cpu.compute(nodes);
-      runs++;
       if (cpu.lastComputeSync) syncRuns++;
-    }
-    await req;
+    });
     assert.ok(
       answered > 0 && answered < 500,
       `answered after ${answered.toFixed(1)} ms (${runs} runs, ${syncRuns} on this thread)`,
