@@ -95,7 +95,8 @@ async function buildShim(): Promise<void> {
   const sources = [...Deno.readDirSync(here)].filter((e) => e.name.endsWith(".c")).map((e) =>
     join(here, e.name)
   ).sort();
-  if (exists(ORACLE_LIB) && sources.every((s) => mtime(s) <= mtime(ORACLE_LIB))) return;
+  const inputs = [...sources, fromFileUrl(import.meta.url)]; // this file holds the flags
+  if (exists(ORACLE_LIB) && inputs.every((s) => mtime(s) <= mtime(ORACLE_LIB))) return;
   const src = join(ORACLE_DIR, "src");
   await run("cc", [
     "-shared",
@@ -114,7 +115,10 @@ async function buildShim(): Promise<void> {
     "-l:libllama.v0.5.0.so",
     "-l:libggml.v0.5.0.so",
     "-l:libggml-base.so",
-    `-Wl,-rpath,${ORACLE_BIN}`,
+    // Relative to the shim: a .cache reached through a symlink from another
+    // checkout keeps working after that checkout is gone (an absolute path
+    // pointed into a removed worktree, and every llama.cpp call failed).
+    "-Wl,-rpath,$ORIGIN/bin",
   ]);
 }
 
