@@ -37,6 +37,8 @@ LE_TARGET_AVX2 static void dot_f32_avx2(int64_t n, float *s, const void *vx, con
   *s = sum;
 }
 
+/* ggml_vec_dot_f32 on the AVX-512 builds: GGML_F32_STEP 64 (four 16-lane
+ * accumulators), (a0 + a2) + (a1 + a3), then halves down to one lane. */
 LE_TARGET_AVX512 static void dot_f32_avx512(int64_t n, float *s, const void *vx, const void *vy) {
   const float *x = vx, *y = vy;
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -48,7 +50,13 @@ LE_TARGET_AVX512 static void dot_f32_avx512(int64_t n, float *s, const void *vx,
     a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), a3);
   }
   float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
-  for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
+  /* The zen4 build's leftover loop (disassembly of libggml-cpu-zen4.so):
+   * products rounded and added in order in whole groups of 8, scalar fmas
+   * for the last n % 8. */
+  const int64_t n8 = np + ((n - np) & ~(int64_t)7);
+  int64_t i = np;
+  for (; i < n8; i++) sum += x[i] * y[i];
+  for (; i < n; i++) sum = fmaf(x[i], y[i], sum);
   *s = sum;
 }
 #endif

@@ -75,42 +75,28 @@ static void dot_q4_0_wasm(int64_t n, float *s, const void *vx, const void *vy) {
 #endif
 
 #if defined(LE_X86)
-LE_TARGET_AVX2 static void dot_q4_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-  const le_block_q4_0 *x = vx;
-  const le_block_q8_0 *y = vy;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / LE_QK; i++) {
-    const __m256 d = _mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d));
-    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-    acc = _mm256_fmadd_ps(d, le_mul_sum_i8_avx2(le_q4_0_unpack_avx2(x[i].qs), qy), acc);
-  }
+/* ggml's AVX2 branch (the only x86 one its zen4/icelake builds have for
+ * q4_0, also tinyBLAS_Q0_AVX's order): one 8-lane accumulator, blocks in
+ * order, hsum at the end. A two-block 16-lane form was faster but changed
+ * the last bit of weights llama.cpp keeps plain (ne1 % 8 != 0). */
+#define DOT_Q4_0_BODY                                                                    \
+  const le_block_q4_0 *x = vx;                                                           \
+  const le_block_q8_0 *y = vy;                                                           \
+  __m256 acc = _mm256_setzero_ps();                                                      \
+  for (int64_t i = 0; i < n / LE_QK; i++) {                                              \
+    const __m256 d = _mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d));                    \
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);                     \
+    acc = _mm256_fmadd_ps(d, le_mul_sum_i8_avx2(le_q4_0_unpack_avx2(x[i].qs), qy), acc); \
+  }                                                                                      \
   *s = le_hsum_ps256(acc);
-}
 
-LE_TARGET_AVX512 static void dot_q4_0_avx512(int64_t n, float *s, const void *vx, const void *vy) {
-  const le_block_q4_0 *x = vx;
-  const le_block_q8_0 *y = vy;
-  const int64_t nb = n / LE_QK;
-  __m512 acc = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 1 < nb; i += 2) {
-    const __m512i qx = _mm512_inserti64x4(_mm512_castsi256_si512(le_q4_0_unpack_avx2(x[i].qs)),
-                                          le_q4_0_unpack_avx2(x[i + 1].qs), 1);
-    const __m512i qy = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[i].qs)),
-        _mm256_loadu_si256((const __m256i *)y[i + 1].qs), 1);
-    const __m512 d =
-        le_join_ps256(_mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d)),
-                      _mm256_set1_ps(le_h2f(x[i + 1].d) * le_h2f(y[i + 1].d)));
-    acc = _mm512_fmadd_ps(d, le_mul_sum_i8_avx512(qx, qy), acc);
-  }
-  __m256 acc2 = le_fold_ps512(acc);
-  for (; i < nb; i++) {
-    const __m256 d = _mm256_set1_ps(le_h2f(x[i].d) * le_h2f(y[i].d));
-    const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-    acc2 = _mm256_fmadd_ps(d, le_mul_sum_i8_avx2(le_q4_0_unpack_avx2(x[i].qs), qy), acc2);
-  }
-  *s = le_hsum_ps256(acc2);
+LE_TARGET_AVX2 static void dot_q4_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+  DOT_Q4_0_BODY
+}
+/* the AVX2 algorithm compiled for AVX-512VL (EVEX encoding, 32 registers) */
+LE_TARGET_AVX512 static void dot_q4_0_avx512(int64_t n, float *s, const void *vx,
+                                             const void *vy) {
+  DOT_Q4_0_BODY
 }
 #endif
 
