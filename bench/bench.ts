@@ -25,6 +25,7 @@
 import { flag, runCommand, UsageError } from "../lib/cli/args.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
+import { Ftype } from "../lib/quant/rules.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -292,12 +293,15 @@ function printFile(f: FileResult): void {
   );
 }
 
-const FTYPES: Record<string, string> = {
+const FTYPES: Record<string, keyof typeof Ftype> = {
   q8_0: "Q8_0",
   q4_0: "Q4_0",
   q4_1: "Q4_1",
   q5_0: "Q5_0",
   q5_1: "Q5_1",
+  q4_k_m: "Q4_K_M",
+  q5_k_m: "Q5_K_M",
+  q6_k: "Q6_K",
 };
 
 // The random models' shapes: 125m is writeRandomLlama's default; 1.1b is
@@ -430,15 +434,13 @@ async function run(
   if (types.length) {
     const { loadOracle } = await import("../tests/oracle/oracle.ts");
     const oracle = await loadOracle();
-    const { LlamaFtype } = await import("../tests/oracle/oracle.ts");
     for (const t of types) {
-      const key = FTYPES[t] as keyof typeof LlamaFtype;
       const out = model.replace(/\.gguf$/, `-${t}.gguf`);
       try {
         Deno.statSync(out);
       } catch {
         console.error(`bench: llama.cpp quantizes ${model} to ${t} ...`);
-        oracle.quantize(model, out, LlamaFtype[key], threads);
+        oracle.quantize(model, out, Ftype[FTYPES[t]], threads);
       }
       await bench(out);
     }

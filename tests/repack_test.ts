@@ -2,7 +2,7 @@
  * Repacked Q4_0 and Q4_K weights (lib/backend/cpu_repack.ts,
  * kernels/src/repack.c, repack_q4_k.c) against the plain rows: the CPU
  * backend repacks a mapped weight of those types with ne1 % 8 == 0 where
- * llama.cpp's matching variant would (AVX2), and every
+ * llama.cpp's matching variant would (any AVX2 CPU, AVX-512 ones included), and every
  * MUL_MAT output must keep its bits — 1 to 17 columns (gemv, groups of 4
  * for gemm and the leftovers), row counts of 1, 2, 3 and 5 groups of 8 (odd
  * numbers of 16-row units), 1 to 3 threads. Weights llama.cpp keeps plain

@@ -65,15 +65,6 @@ LE_TARGET_AVX2 static inline __m256 le_mul_sum_i8_avx2(__m256i x, __m256i y) {
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(d16, _mm256_set1_epi16(1)));
 }
 
-LE_TARGET_AVX512 static inline __m512 le_mul_sum_i8_avx512(__m512i x, __m512i y) {
-  const __m512i ax = _mm512_abs_epi8(x);
-  /* y with the sign of x: negate where x < 0 (and zero where x == 0 is harmless) */
-  const __mmask64 neg = _mm512_movepi8_mask(x);
-  const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-  const __m512i d16 = _mm512_maddubs_epi16(ax, sy);
-  return _mm512_cvtepi32_ps(_mm512_madd_epi16(d16, _mm512_set1_epi16(1)));
-}
-
 LE_TARGET_AVX2 static inline float le_hsum_ps256(__m256 v) {
   __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -81,14 +72,10 @@ LE_TARGET_AVX2 static inline float le_hsum_ps256(__m256 v) {
   return _mm_cvtss_f32(r);
 }
 
-/* AVX-512F-only (no DQ) halves of a float vector */
+/* AVX-512F-only (no DQ): two float halves joined */
 LE_TARGET_AVX512 static inline __m512 le_join_ps256(__m256 lo, __m256 hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)),
                                              _mm256_castps_pd(hi), 1));
-}
-LE_TARGET_AVX512 static inline __m256 le_fold_ps512(__m512 v) {
-  return _mm256_add_ps(_mm512_castps512_ps256(v),
-                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
 /* the 32 nibbles of a q4_0 block as signed bytes in element order */

@@ -240,9 +240,11 @@ void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t
 /* ---- ABI (llm_edge.h) ---- */
 
 int32_t le_repack_flag(int32_t type, int64_t ne0, int64_t ne1) {
-  /* llama.cpp's haswell-like builds repack Q4_0 and Q4_K for AVX2; our
-   * AVX-512 level keeps its own tiles (the same chains). */
-  if (le_simd() != LE_SIMD_AVX2 || ne0 <= 0 || ne1 <= 0 || ne1 % 8) return 0;
+  /* llama.cpp repacks Q4_0 and Q4_K on every AVX2 CPU, the AVX-512 builds
+   * included (ggml_cpu_has_avx2); the scalar level (x64) repacks nothing. */
+  if ((le_simd() != LE_SIMD_AVX2 && le_simd() != LE_SIMD_AVX512) || ne0 <= 0 || ne1 <= 0 ||
+      ne1 % 8)
+    return 0;
   if (type == LE_TYPE_Q4_0 && ne0 % LE_QK == 0) return LE_FLAG_Q4_0_8X8;
   if (type == LE_TYPE_Q4_K && ne0 % LE_QK_K == 0) return LE_FLAG_Q4_K_8X8;
   return 0;
