@@ -23,6 +23,15 @@
 #define PF_ROWS 32
 #endif
 
+/* Whether a matrix-vector product prefetches each group of rows PF_ROWS
+ * ahead in one burst. It paid on the AVX2 machine it was tuned on (Zen 3);
+ * on Zen 4 at the AVX-512 level the bursts stall the loads (F16 weights
+ * from DRAM, one thread: 15.8 GB/s with them, 27.8 without; two threads
+ * 26.4 vs 35.0; Q8_0 tiles 16.7 vs 19.8), so there the hardware
+ * prefetcher alone streams the rows. (The repacked Q4_0 gemv spreads its
+ * prefetches over the blocks instead, which helps on both.) */
+static int prefetch_bursts(void) { return le_simd() != LE_SIMD_AVX512; }
+
 static int src1_direct(const le_node *n, const le_type_traits *vt) {
   return vt->type == LE_TYPE_F32 && n->src[1].nb[0] == 4;
 }
@@ -77,6 +86,11 @@ static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t)
   if (own) return NULL;
   if (t->type == LE_TYPE_F32 || t->type == LE_TYPE_F16)
     return tinyblas_float(n, t) ? le_gemm_x86(t->type, 1) : NULL;
+  /* The other built-in tiles (q8_0) give vec_dot's bits. For one column
+   * they read four row streams at once, which ran at half the speed of a
+   * vec_dot per row on Zen 4 (Q8_0 weights from DRAM, one thread: 10 vs 21
+   * GB/s; two: 19 vs 27). */
+  if (n->src[1].ne[1] == 1) return NULL;
   return le_gemm_x86(t->type, 0);
 }
 
@@ -88,13 +102,15 @@ static void tile_block(const le_gemm_tiles *gt, int64_t K, const char *x, size_t
                        int64_t ir1, int64_t M, const char *y, size_t by, int64_t ne11, float *dst,
                        size_t bs) {
   if (ne11 == 1) {
+    const int pf_bursts = prefetch_bursts();
     int64_t ir = ir0;
     for (; ir + 4 <= ir1; ir += 4) {
       /* Matrix-vector products stream the weights once: fetch the group
        * after next ahead of the hardware prefetcher, which stops at pages. */
       const char *pf = x + LE_MIN(ir + PF_ROWS, M) * bx;
       const char *pf_end = x + LE_MIN(ir + PF_ROWS + 4, M) * bx;
-      for (; pf < pf_end; pf += 64) __builtin_prefetch(pf, 0, 3);
+      if (pf_bursts)
+        for (; pf < pf_end; pf += 64) __builtin_prefetch(pf, 0, 3);
       gt->t41(K, dst + ir, bs, x + ir * bx, bx, y, by);
     }
     for (; ir < ir1; ir++) gt->t11(K, dst + ir, bs, x + ir * bx, bx, y, by);
@@ -219,6 +235,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   }
 
   const int32_t repacked = a->flags; /* a LE_FLAG_* layout (le_repacked_check) */
+  const int pf_bursts = prefetch_bursts();
   const le_gemm_tiles *gt = panel || repacked || d->nb[1] % 4 ? NULL : tiles_for(n, t);
   /* Units of whole base blocks (rows aligned as with one block per unit, so
    * every row meets the same tile wherever the unit boundaries fall), sized
@@ -286,7 +303,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
             : (const void *)((const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11 + i11) * vrow);
         float *out = (float *)((char *)(uintptr_t)d->data + i11 * d->nb[1] + i12 * d->nb[2] + i13 * d->nb[3]);
         for (int64_t i01 = ir0; i01 < ir1; i01++) {
-          if (ne11 == 1 && i01 + PF_ROWS < M) { /* see tile_block */
+          if (pf_bursts && ne11 == 1 && i01 + PF_ROWS < M) { /* see tile_block */
             const char *pf = arow + (i01 + PF_ROWS) * a->nb[1];
             for (int64_t o = 0; o < a->nb[1]; o += 64) __builtin_prefetch(pf + o, 0, 3);
           }

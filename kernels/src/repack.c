@@ -191,6 +191,73 @@ LE_TARGET_AVX2 static void q4x8_gemv1(int64_t nb, const le_block_q4_0x8 *x,
 }
 #endif
 
+#if defined(LE_X86)
+/* AVX-512 VNNI gemv over two groups (16 rows), the same sums: vpdpbusd
+ * multiplies the unsigned nibbles by y's signed bytes and adds each 4
+ * products into an int32 lane exactly, so one 64-byte load covers two
+ * chunks and no int16 stage or hadd is needed. Lanes of a group's sum:
+ * [r0 r0 r1 r1 r4 r4 r5 r5 | r2 r2 r3 r3 r6 r6 r7 r7] (two lanes per
+ * 8-byte piece); the -8 offset enters as the accumulator's start, -8 times
+ * the y bytes each lane meets. Integer sums are exact, and the float chain
+ * per output is q4x8_gemv's: acc = fma(isum, d_x * d_y, acc). */
+#define LE_TARGET_Q4X8_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+static int q4x8_vnni_state = -1;
+static int q4x8_has_vnni(void) {
+  if (q4x8_vnni_state < 0) q4x8_vnni_state = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+  return q4x8_vnni_state;
+}
+
+LE_TARGET_Q4X8_VNNI LE_INLINE __m512i q4x8_vnni_group(const le_block_q4_0x8 *x, __m512i start,
+                                                      __m512i y0, __m512i y1, __m512i y2,
+                                                      __m512i y3) {
+  const __m512i m = _mm512_set1_epi8(0x0f);
+  const __m512i v01 = _mm512_loadu_si512((const void *)x->qs);
+  const __m512i v23 = _mm512_loadu_si512((const void *)(x->qs + 64));
+  __m512i a = _mm512_dpbusd_epi32(start, _mm512_and_si512(v01, m), y0);
+  __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v23, m), y1);
+  a = _mm512_dpbusd_epi32(a, _mm512_and_si512(_mm512_srli_epi16(v01, 4), m), y2);
+  b = _mm512_dpbusd_epi32(b, _mm512_and_si512(_mm512_srli_epi16(v23, 4), m), y3);
+  return _mm512_add_epi32(a, b);
+}
+
+LE_TARGET_Q4X8_VNNI static void q4x8_gemv2_vnni(int64_t nb, const le_block_q4_0x8 *x, int64_t gs,
+                                                const le_block_q8_0 *y, float *s,
+                                                const char *pf) {
+  /* lane pairs of groups 0 (A) and 1 (B) into rows 0..7 of each */
+  const __m512i even = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 16, 18, 24, 26, 20, 22, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i e8 = _mm512_set1_epi8(8);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    if (pf) {
+      const char *p = pf + b * 2 * Q4X8_BYTES;
+      for (int l = 0; l < 2 * Q4X8_BYTES; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    }
+    int64_t p[4];
+    memcpy(p, y[b].qs, 32);
+    const __m512i y0 = _mm512_set1_epi64(p[0]), y1 = _mm512_set1_epi64(p[1]);
+    const __m512i y2 = _mm512_set1_epi64(p[2]), y3 = _mm512_set1_epi64(p[3]);
+    __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), e8, y0);
+    c = _mm512_dpbusd_epi32(c, e8, y1);
+    c = _mm512_dpbusd_epi32(c, e8, y2);
+    c = _mm512_dpbusd_epi32(c, e8, y3);
+    const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), c);
+    const le_block_q4_0x8 *x0 = &x[b], *x1 = &x[gs + b];
+    const __m512i A = q4x8_vnni_group(x0, start, y0, y1, y2, y3);
+    const __m512i B = q4x8_vnni_group(x1, start, y0, y1, y2, y3);
+    const __m512i isum = _mm512_add_epi32(_mm512_permutex2var_epi32(A, even, B),
+                                          _mm512_permutex2var_epi32(A, odd, B));
+    const __m256i d01 = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)x1->d),
+                                         _mm_loadu_si128((const __m128i *)(const void *)x0->d));
+    const __m512 dxy = _mm512_mul_ps(_mm512_cvtph_ps(d01), _mm512_set1_ps(le_h2f(y[b].d)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dxy, acc);
+  }
+  _mm512_storeu_ps(s, acc);
+}
+#endif
+
 /* Distance of the matrix-vector prefetch, in rows (mul_mat.c's PF_ROWS). */
 #define LE_REPACK_PF_ROWS 32
 
@@ -205,6 +272,7 @@ void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t
 #if defined(LE_X86)
   if (le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512) {
     const int64_t n4 = ne11 >= 4 ? ne11 - ne11 % 4 : 0;
+    const int vnni = le_simd() == LE_SIMD_AVX512 && q4x8_has_vnni();
     for (int64_t ir = ir0; ir < ir1; ir += 8) {
       const le_block_q4_0x8 *xg = x + (ir / 8) * nb;
       for (int64_t c = 0; c < n4; c += 4) q4x8_gemm4(nb, xg, vy + c * by, by, dst + c * bs + ir, bs);
@@ -220,7 +288,8 @@ void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t
       for (; ir + 16 <= ir1; ir += 16) {
         const char *pf = ne11 == 1 && ir + LE_REPACK_PF_ROWS + 16 <= M
                              ? (const char *)(x + ((ir + LE_REPACK_PF_ROWS) / 8) * nb) : NULL;
-        q4x8_gemv2(nb, x + (ir / 8) * nb, nb, y, dst + c * bs + ir, pf);
+        if (vnni) q4x8_gemv2_vnni(nb, x + (ir / 8) * nb, nb, y, dst + c * bs + ir, pf);
+        else q4x8_gemv2(nb, x + (ir / 8) * nb, nb, y, dst + c * bs + ir, pf);
       }
       for (; ir < ir1; ir += 8) {
         const char *pf = ne11 == 1 && ir + LE_REPACK_PF_ROWS + 8 <= M
