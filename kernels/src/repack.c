@@ -256,6 +256,60 @@ LE_TARGET_Q4X8_VNNI static void q4x8_gemv2_vnni(int64_t nb, const le_block_q4_0x
   }
   _mm512_storeu_ps(s, acc);
 }
+
+/* gemm: two groups (16 rows, gs blocks apart) against 4 columns (by bytes
+ * apart), outputs bs floats apart; per column the gemv's sums and chain. */
+LE_TARGET_Q4X8_VNNI static void q4x8_gemm4x2_vnni(int64_t nb, const le_block_q4_0x8 *x,
+                                                  int64_t gs, const char *vy, size_t by,
+                                                  float *s, size_t bs) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 16, 18, 24, 26, 20, 22, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i m = _mm512_set1_epi8(0x0f), e8 = _mm512_set1_epi8(8);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+  for (int64_t b = 0; b < nb; b++) {
+    const le_block_q4_0x8 *x0 = &x[b], *x1 = &x[gs + b];
+    const __m512i a01 = _mm512_loadu_si512((const void *)x0->qs);
+    const __m512i a23 = _mm512_loadu_si512((const void *)(x0->qs + 64));
+    const __m512i b01 = _mm512_loadu_si512((const void *)x1->qs);
+    const __m512i b23 = _mm512_loadu_si512((const void *)(x1->qs + 64));
+    const __m512i al01 = _mm512_and_si512(a01, m), ah01 = _mm512_and_si512(_mm512_srli_epi16(a01, 4), m);
+    const __m512i al23 = _mm512_and_si512(a23, m), ah23 = _mm512_and_si512(_mm512_srli_epi16(a23, 4), m);
+    const __m512i bl01 = _mm512_and_si512(b01, m), bh01 = _mm512_and_si512(_mm512_srli_epi16(b01, 4), m);
+    const __m512i bl23 = _mm512_and_si512(b23, m), bh23 = _mm512_and_si512(_mm512_srli_epi16(b23, 4), m);
+    const __m256i d01 = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)x1->d),
+                                         _mm_loadu_si128((const __m128i *)(const void *)x0->d));
+    const __m512 dx = _mm512_cvtph_ps(d01);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+      const le_block_q8_0 *y = (const le_block_q8_0 *)(const void *)(vy + c * by) + b;
+      int64_t p[4];
+      memcpy(p, y->qs, 32);
+      const __m512i y0 = _mm512_set1_epi64(p[0]), y1 = _mm512_set1_epi64(p[1]);
+      const __m512i y2 = _mm512_set1_epi64(p[2]), y3 = _mm512_set1_epi64(p[3]);
+      __m512i k = _mm512_dpbusd_epi32(_mm512_setzero_si512(), e8, y0);
+      k = _mm512_dpbusd_epi32(k, e8, y1);
+      k = _mm512_dpbusd_epi32(k, e8, y2);
+      k = _mm512_dpbusd_epi32(k, e8, y3);
+      const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), k);
+      __m512i A = _mm512_dpbusd_epi32(start, al01, y0);
+      __m512i A2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), al23, y1);
+      __m512i B = _mm512_dpbusd_epi32(start, bl01, y0);
+      __m512i B2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bl23, y1);
+      A = _mm512_dpbusd_epi32(A, ah01, y2);
+      A2 = _mm512_dpbusd_epi32(A2, ah23, y3);
+      B = _mm512_dpbusd_epi32(B, bh01, y2);
+      B2 = _mm512_dpbusd_epi32(B2, bh23, y3);
+      A = _mm512_add_epi32(A, A2);
+      B = _mm512_add_epi32(B, B2);
+      const __m512i isum = _mm512_add_epi32(_mm512_permutex2var_epi32(A, even, B),
+                                            _mm512_permutex2var_epi32(A, odd, B));
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                               _mm512_mul_ps(dx, _mm512_set1_ps(le_h2f(y->d))), acc[c]);
+    }
+  }
+  for (int c = 0; c < 4; c++) _mm512_storeu_ps(s + c * bs, acc[c]);
+}
 #endif
 
 /* Distance of the matrix-vector prefetch, in rows (mul_mat.c's PF_ROWS). */
@@ -273,7 +327,12 @@ void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t
   if (le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512) {
     const int64_t n4 = ne11 >= 4 ? ne11 - ne11 % 4 : 0;
     const int vnni = le_simd() == LE_SIMD_AVX512 && q4x8_has_vnni();
-    for (int64_t ir = ir0; ir < ir1; ir += 8) {
+    int64_t ig = ir0;
+    if (vnni)
+      for (; n4 && ig + 16 <= ir1; ig += 16)
+        for (int64_t c = 0; c < n4; c += 4)
+          q4x8_gemm4x2_vnni(nb, x + (ig / 8) * nb, nb, vy + c * by, by, dst + c * bs + ig, bs);
+    for (int64_t ir = ig; ir < ir1; ir += 8) {
       const le_block_q4_0x8 *xg = x + (ir / 8) * nb;
       for (int64_t c = 0; c < n4; c += 4) q4x8_gemm4(nb, xg, vy + c * by, by, dst + c * bs + ir, bs);
     }
