@@ -108,6 +108,20 @@ static void q4kx8_col_scalar(int per_chunk, int64_t nb, const le_block_q4_kx8 *x
 }
 
 #if defined(LE_X86)
+/* The chunk's sums: lo/hi (the rows' low- and high-nibble sums, row order)
+ * times the sub-block scales, and the mins times y's block sums. */
+LE_TARGET_AVX2 LE_INLINE void q4kx8_scale(const le_block_q4_kx8 *x, int p, const int16_t *bsums,
+                                          __m256i lo, __m256i hi, __m256i *ip, __m256i *mp) {
+  const __m256i s0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)x->sc[2 * p]));
+  const __m256i s1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)x->sc[2 * p + 1]));
+  const __m256i m0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)x->m[2 * p]));
+  const __m256i m1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)x->m[2 * p + 1]));
+  *ip = _mm256_add_epi32(_mm256_mullo_epi32(lo, s0), _mm256_mullo_epi32(hi, s1));
+  *mp = _mm256_add_epi32(
+      _mm256_mullo_epi32(m0, _mm256_set1_epi32(bsums[4 * p] + bsums[4 * p + 1])),
+      _mm256_mullo_epi32(m1, _mm256_set1_epi32(bsums[4 * p + 2] + bsums[4 * p + 3])));
+}
+
 /* One 64-element chunk of 8 rows against one column: the rows' exact
  * integer sums for the scale chain (ip) and the min chain (mp). Each int16
  * lane sums 4 maddubs of unsigned nibbles (<= 4 * 2 * 15 * 128 < 2^15). */
@@ -130,49 +144,135 @@ LE_TARGET_AVX2 LE_INLINE void q4kx8_chunk(const le_block_q4_kx8 *x, int p, const
   }
   const __m256i lo = _mm256_hadd_epi32(_mm256_madd_epi16(la, one), _mm256_madd_epi16(lb, one));
   const __m256i hi = _mm256_hadd_epi32(_mm256_madd_epi16(ha, one), _mm256_madd_epi16(hb, one));
-  const __m256i s0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)x->sc[2 * p]));
-  const __m256i s1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)x->sc[2 * p + 1]));
-  const __m256i m0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)x->m[2 * p]));
-  const __m256i m1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)x->m[2 * p + 1]));
-  *ip = _mm256_add_epi32(_mm256_mullo_epi32(lo, s0), _mm256_mullo_epi32(hi, s1));
-  *mp = _mm256_add_epi32(
-      _mm256_mullo_epi32(m0, _mm256_set1_epi32(bsums[4 * p] + bsums[4 * p + 1])),
-      _mm256_mullo_epi32(m1, _mm256_set1_epi32(bsums[4 * p + 2] + bsums[4 * p + 3])));
+  q4kx8_scale(x, p, bsums, lo, hi, ip, mp);
 }
+
 
 /* 8 rows (one group), one column: gemv form (per_chunk 0) or gemm form;
  * pf: a group's worth of bytes to prefetch meanwhile (NULL: none), a few
  * lines per chunk (see repack.c). */
+#define Q4KX8_COL_BODY(CHUNK)                                                                      \
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();                                    \
+  for (int64_t b = 0; b < nb; b++) {                                                               \
+    const __m256 dy = _mm256_set1_ps(y[b].d);                                                      \
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)x[b].d)), dy);\
+    const __m256 dm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)x[b].dmin)), dy);\
+    __m256i isb = _mm256_setzero_si256(), msb = isb;                                               \
+_Pragma("GCC unroll 4")                                                                               \
+    for (int p = 0; p < 4; p++) {                                                                  \
+      if (pf)                                                                                      \
+        for (int l = 0; l < Q4KX8_BYTES / 4; l += 64)                                              \
+          _mm_prefetch(pf + b * Q4KX8_BYTES + p * (Q4KX8_BYTES / 4) + l, _MM_HINT_T0);             \
+      __m256i ip, mp;                                                                              \
+      CHUNK(&x[b], p, y[b].qs, y[b].bsums, &ip, &mp);                                              \
+      if (per_chunk) {                                                                             \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ip), d, acc);                                     \
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mp), dm, accm);                                  \
+      } else {                                                                                     \
+        isb = _mm256_add_epi32(isb, ip);                                                           \
+        msb = _mm256_add_epi32(msb, mp);                                                           \
+      }                                                                                            \
+    }                                                                                              \
+    if (!per_chunk) {                                                                              \
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isb), d, acc);                                      \
+      accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msb), dm, accm);                                   \
+    }                                                                                              \
+  }                                                                                                \
+  _mm256_storeu_ps(s, _mm256_sub_ps(acc, accm));                                                   
+
 LE_TARGET_AVX2 LE_INLINE void q4kx8_col(const int per_chunk, int64_t nb, const le_block_q4_kx8 *x,
                                         const le_block_q8_k *y, float *s, const char *pf) {
-  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
-    const __m256 dy = _mm256_set1_ps(y[b].d);
-    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)x[b].d)), dy);
-    const __m256 dm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)x[b].dmin)), dy);
-    __m256i isb = _mm256_setzero_si256(), msb = isb;
+  Q4KX8_COL_BODY(q4kx8_chunk)
+}
+
+/* AVX-512 VNNI: the same sums (exact integers) with vpdpbusd straight into
+ * int32 lanes, the two 32-byte halves of a piece pair in one register:
+ * [rows 0,0,1,1,4,4,5,5 | 2,2,3,3,6,6,7,7], halves added pairwise as the
+ * AVX2 form's hadd does. */
+#define LE_TARGET_Q4KX8_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+static int q4kx8_vnni_state = -1;
+static int q4kx8_has_vnni(void) {
+  if (q4kx8_vnni_state < 0) q4kx8_vnni_state = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+  return q4kx8_vnni_state;
+}
+
+LE_TARGET_Q4KX8_VNNI LE_INLINE __m256i q4kx8_pairs(__m512i v) {
+  return _mm256_hadd_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+LE_TARGET_Q4KX8_VNNI LE_INLINE void q4kx8_chunk_vnni(const le_block_q4_kx8 *x, int p,
+                                                     const int8_t *yq, const int16_t *bsums,
+                                                     __m256i *ip, __m256i *mp) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  __m512i lo = _mm512_setzero_si512(), hi = lo;
 #pragma GCC unroll 4
+  for (int j = 0; j < 4; j++) {
+    int64_t yl, yh;
+    memcpy(&yl, yq + 64 * p + 8 * j, 8);
+    memcpy(&yh, yq + 64 * p + 32 + 8 * j, 8);
+    const __m512i v = _mm512_loadu_si512((const void *)(x->qs[p] + 64 * j));
+    lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(v, m4), _mm512_set1_epi64(yl));
+    hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_set1_epi64(yh));
+  }
+  q4kx8_scale(x, p, bsums, q4kx8_pairs(lo), q4kx8_pairs(hi), ip, mp);
+}
+
+LE_TARGET_Q4KX8_VNNI static void q4kx8_gemv_vnni(int64_t nb, const le_block_q4_kx8 *x,
+                                                 const le_block_q8_k *y, float *s, const char *pf) {
+  const int per_chunk = 0;
+  Q4KX8_COL_BODY(q4kx8_chunk_vnni)
+}
+
+/* gemm form, one group against 4 columns (by bytes apart, outputs bs floats
+ * apart): each piece's nibbles unpacked once for the 4 columns; per column
+ * the chain of q4kx8_col(1, ...). */
+LE_TARGET_Q4KX8_VNNI static void q4kx8_gemm4_vnni(int64_t nb, const le_block_q4_kx8 *x,
+                                                  const char *vy, size_t by, float *s, size_t bs) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  __m256 acc[4], accm[4];
+  for (int c = 0; c < 4; c++) acc[c] = accm[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const le_block_q8_k *y[4];
+    __m256 d[4], dm[4];
+    const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)x[b].d));
+    const __m256 dmx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)x[b].dmin));
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+      y[c] = (const le_block_q8_k *)(const void *)(vy + c * by) + b;
+      d[c] = _mm256_mul_ps(dx, _mm256_set1_ps(y[c]->d));
+      dm[c] = _mm256_mul_ps(dmx, _mm256_set1_ps(y[c]->d));
+    }
     for (int p = 0; p < 4; p++) {
-      if (pf)
-        for (int l = 0; l < Q4KX8_BYTES / 4; l += 64)
-          _mm_prefetch(pf + b * Q4KX8_BYTES + p * (Q4KX8_BYTES / 4) + l, _MM_HINT_T0);
-      __m256i ip, mp;
-      q4kx8_chunk(&x[b], p, y[b].qs, y[b].bsums, &ip, &mp);
-      if (per_chunk) {
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ip), d, acc);
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mp), dm, accm);
-      } else {
-        isb = _mm256_add_epi32(isb, ip);
-        msb = _mm256_add_epi32(msb, mp);
+      __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; c++) lo[c] = hi[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_loadu_si512((const void *)(x[b].qs[p] + 64 * j));
+        const __m512i vl = _mm512_and_si512(v, m4), vh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+          int64_t yl, yh;
+          memcpy(&yl, y[c]->qs + 64 * p + 8 * j, 8);
+          memcpy(&yh, y[c]->qs + 64 * p + 32 + 8 * j, 8);
+          lo[c] = _mm512_dpbusd_epi32(lo[c], vl, _mm512_set1_epi64(yl));
+          hi[c] = _mm512_dpbusd_epi32(hi[c], vh, _mm512_set1_epi64(yh));
+        }
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; c++) {
+        __m256i ip, mp;
+        q4kx8_scale(&x[b], p, y[c]->bsums, q4kx8_pairs(lo[c]), q4kx8_pairs(hi[c]), &ip, &mp);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ip), d[c], acc[c]);
+        accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mp), dm[c], accm[c]);
       }
     }
-    if (!per_chunk) {
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isb), d, acc);
-      accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msb), dm, accm);
-    }
   }
-  _mm256_storeu_ps(s, _mm256_sub_ps(acc, accm));
+  for (int c = 0; c < 4; c++) _mm256_storeu_ps(s + c * bs, _mm256_sub_ps(acc[c], accm[c]));
 }
+
 LE_TARGET_AVX2 static void q4kx8_gemv(int64_t nb, const le_block_q4_kx8 *x,
                                       const le_block_q8_k *y, float *s, const char *pf) {
   q4kx8_col(0, nb, x, y, s, pf);
@@ -191,6 +291,9 @@ void le_q4_kx8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t
   const int64_t nb = K / LE_QK_K;
   const le_block_q4_kx8 *x = vx;
   const int64_t n4 = ne11 >= 4 ? ne11 - ne11 % 4 : 0;
+#if defined(LE_X86)
+  const int vnni = le_simd() == LE_SIMD_AVX512 && q4kx8_has_vnni();
+#endif
   for (int64_t ir = ir0; ir < ir1; ir += 8) {
     const le_block_q4_kx8 *xg = x + (ir / 8) * nb;
     /* matrix-vector: the group 32 rows ahead, while this one is computed */
@@ -200,6 +303,14 @@ void le_q4_kx8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t
       const le_block_q8_k *y = (const le_block_q8_k *)(const void *)(vy + c * by);
       float *o = dst + c * bs + ir;
 #if defined(LE_X86)
+      if (vnni) {
+        if (c < n4) {
+          if (c % 4 == 0) q4kx8_gemm4_vnni(nb, xg, vy + c * by, by, o, bs);
+        } else {
+          q4kx8_gemv_vnni(nb, xg, y, o, pf);
+        }
+        continue;
+      }
       if (le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512) {
         if (c < n4) q4kx8_gemm(nb, xg, y, o);
         else q4kx8_gemv(nb, xg, y, o, pf);
