@@ -108,6 +108,10 @@ int32_t le_set_simd_level(int32_t level) {
   return l;
 }
 
+/* Buffers from this size up are asked for on huge pages (le_alloc). */
+#define LE_HUGE_MIN ((uint64_t)4 << 20)
+#define LE_HUGE_PAGE ((uint64_t)2 << 20)
+
 void *le_alloc(uint64_t size, uint64_t align) {
   if (align < 64) align = 64;
   if (align & (align - 1)) {
@@ -115,11 +119,23 @@ void *le_alloc(uint64_t size, uint64_t align) {
     return NULL;
   }
   if (size == 0) size = 1;
+#if defined(MADV_HUGEPAGE)
+  /* Large buffers (weights, repacked copies, KV caches) are streamed by
+   * matrix-vector products: on 2 MiB pages the loads miss the TLB far less
+   * (a read-bandwidth probe on Zen 4: 30 -> 33.5 GB/s). Where transparent
+   * huge pages are "madvise" only, this asks for them; the zero-fill below
+   * then faults them in. */
+  const int huge = size >= LE_HUGE_MIN;
+  if (huge && align < LE_HUGE_PAGE) align = LE_HUGE_PAGE;
+#endif
   void *p = NULL;
   if (posix_memalign(&p, (size_t)align, (size_t)size) != 0) {
     le_set_error("le_alloc: out of memory allocating %llu bytes", (unsigned long long)size);
     return NULL;
   }
+#if defined(MADV_HUGEPAGE)
+  if (huge) (void)madvise(p, (size_t)size & ~(size_t)(LE_HUGE_PAGE - 1), MADV_HUGEPAGE);
+#endif
   memset(p, 0, (size_t)size);
   return p;
 }
