@@ -16,7 +16,10 @@
  * a ratio whose repetitions spread more than 25% is withheld, and the load
  * average before and after is printed, since both engines' figures mean
  * little when anything else runs (ggml's threads busy-wait). `--json`
- * prints everything as one JSON document.
+ * prints everything as one JSON document. With tg runs, the machine's read
+ * bandwidth is measured first (bench/bandwidth.c) and each file's tg bound
+ * (bandwidth / weight bytes read per token) printed with both engines'
+ * share of it.
  *
  * This tool needs the llama.cpp oracle from tests/oracle (fetched from npm).
  *
@@ -26,6 +29,7 @@ import { flag, runCommand, UsageError } from "../lib/cli/args.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { Ftype } from "../lib/quant/rules.ts";
+import { type Bandwidth, measureBandwidth, type TgBound, tgBound } from "./bandwidth.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -221,6 +225,8 @@ interface FileResult {
   >;
   /** ours / llama.cpp; null where a spread exceeds SPREAD_MAX. */
   ratio: { pp: number | null; tg: number | null; rss: number };
+  /** The tg bandwidth bound (bench/bandwidth.ts), when the probe ran. */
+  bound?: TgBound & { gbps: number };
 }
 
 function metric(runs: number[]): Metric {
@@ -282,6 +288,16 @@ function printFile(f: FileResult): void {
       f.ratio.rss.toFixed(2)
     }`,
   );
+  if (f.bound && f.tg > 0) {
+    const pct = (x: { tg: Metric }) => `${(100 * x.tg.median / f.bound!.tgTps).toFixed(0)}%`;
+    console.log(
+      `  tg bound ${f.bound.tgTps.toFixed(1)} tok/s (${f.bound.gbps.toFixed(1)} GB/s read, ${
+        (f.bound.bytesPerToken / 2 ** 20).toFixed(0)
+      } MiB of weights per token): llm-edge ${pct(f.engines["llm-edge"])}, llama.cpp ${
+        pct(f.engines["llama.cpp"])
+      }`,
+    );
+  }
   console.log(
     `  load average (1 min): ${f.loadAvg.before.toFixed(2)} before, ${
       f.loadAvg.after.toFixed(2)
@@ -424,9 +440,27 @@ async function run(
       });
     }
   }
+  // The machine's read bandwidth, measured first (while nothing of ours
+  // runs), sets each file's tg bound.
+  let bw: Bandwidth | undefined;
+  if (tg > 0) {
+    try {
+      bw = await measureBandwidth(threads, join(ROOT, ".cache", "bench"));
+      if (!json) {
+        console.log(
+          `read bandwidth, ${threads} threads: ${bw.gbps.toFixed(1)} GB/s (runs ${
+            bw.min.toFixed(1)
+          }-${bw.max.toFixed(1)})`,
+        );
+      }
+    } catch (e) {
+      console.error(`bench: no tg bound: ${(e as Error).message}`);
+    }
+  }
   const files: FileResult[] = [];
   const bench = async (m: string) => {
     const f = await benchFile({ model: m, threads, pp, tg, depth }, reps, json);
+    if (bw) f.bound = { ...(await tgBound(m, bw)), gbps: bw.gbps };
     files.push(f);
     if (!json) printFile(f);
   };
