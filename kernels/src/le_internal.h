@@ -49,6 +49,8 @@ LE_TARGET_AVX2 static inline float hsum_hadd256(__m256 v) {
 
 /* dot of n elements of x (this type) with y (the type's vec_dot_type) */
 typedef void (*le_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+/* four dots of one x with four y, each as the type's vec_dot computes it */
+typedef void (*le_vec_dot4_fn)(int64_t n, float *const s[4], const void *x, const void *const y[4]);
 typedef void (*le_to_float_fn)(const void *x, float *y, int64_t n);
 typedef void (*le_from_float_fn)(const float *x, void *y, int64_t n);
 
@@ -96,6 +98,8 @@ extern const le_type_traits le_traits_f32, le_traits_f16, le_traits_bf16, le_tra
 
 const le_type_traits *le_traits(int32_t type);
 le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
+/* F16's le_vec_dot4_fn at the current SIMD level, or NULL (q_f16.c). */
+le_vec_dot4_fn le_f16_dot4(void);
 /* Built-in x86 tiles (gemm_x86.c), or NULL: at AVX-512, q8_0 in its
  * vec_dot order (needs VNNI); with tinyblas set, F32/F16 in llamafile
  * tinyBLAS order at AVX-512 and AVX2 (for N >= 2, K % le_tinyblas_kn() == 0,

@@ -244,8 +244,17 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
    * per thread. Each unit taken costs an atomic on a line all threads
    * contend for, which on a small model's decode step cost more than the
    * work split (16-row units: ~1200 per tolstoy-6m token). */
+  /* Decode attention with grouped KV heads (src0 broadcast over r2 query
+   * heads, one column each): the r2 planes that share a K matrix are one
+   * unit, and each K row meets their queries four at a time (le_f16_dot4:
+   * vec_dot's chain per output, the row read once). */
+  const le_vec_dot4_fn dot4 = !gt && !panel && !repacked && !direct && ne11 == 1 && r2 % 4 == 0 &&
+                                      t->type == LE_TYPE_F16
+                                  ? le_f16_dot4()
+                                  : NULL;
+  const int64_t grp = dot4 ? r2 : 1; /* query planes per unit */
   const int64_t base = panel ? PANEL_ROWS : BLK_ROWS;
-  const int64_t nbase = (M + base - 1) / base, planes = ne12 * ne13;
+  const int64_t nbase = (M + base - 1) / base, planes = ne12 / grp * ne13;
   int64_t per = ne11 == 1 && !panel ? MV_BLOCKS : 1;
   if ((nbase + per - 1) / per * planes < 4 * p->nth && planes < p->nth)
     per = (nbase + p->nth - 1) / p->nth;
@@ -260,7 +269,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   const int steal = units > p->nth;
   for (int64_t u = p->ith; u < units; u = steal ? p->nth + le_next_chunk(p->ctx) : units) {
     const int64_t plane = u / nrb, rb = u % nrb;
-    const int64_t i12 = plane % ne12, i13 = plane / ne12;
+    const int64_t i12 = plane % (ne12 / grp) * grp, i13 = plane / (ne12 / grp);
     const char *arow = (const char *)(uintptr_t)a->data + (i12 / r2) * a->nb[2] + (i13 / r3) * a->nb[3];
     const int64_t ir0 = rb * blk_rows, ir1 = LE_MIN(ir0 + blk_rows, M);
     if (panel) {
@@ -283,6 +292,22 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     if (repacked) { /* 2-D: plane 0 only; ir0, ir1 multiples of 8 (M % 8 == 0) */
       le_repacked_rows(repacked, K, arow, ir0, ir1, M, (const char *)wdata, vrow, ne11,
                        (float *)(uintptr_t)d->data, (size_t)d->nb[1] / 4);
+      continue;
+    }
+    if (dot4) {
+      for (int64_t g = 0; g < grp; g += 4) {
+        const void *ys[4];
+        float *outs[4];
+        for (int k = 0; k < 4; k++) {
+          ys[k] = wdata + (size_t)((i13 * ne12 + i12 + g + k) * ne11) * vrow;
+          outs[k] = (float *)((char *)(uintptr_t)d->data + (i12 + g + k) * d->nb[2] +
+                              i13 * d->nb[3]);
+        }
+        for (int64_t i01 = ir0; i01 < ir1; i01++) {
+          float *s4[4] = {outs[0] + i01, outs[1] + i01, outs[2] + i01, outs[3] + i01};
+          dot4(K, s4, arow + i01 * a->nb[1], ys);
+        }
+      }
       continue;
     }
     if (gt) {
