@@ -7,7 +7,8 @@
  * time): N = 2..17 columns (every partial column group), rows below and
  * above 1024 (where the F16 tiles change shape), attention-like broadcast
  * (4 weight matrices for 12 column matrices), and shapes llama.cpp keeps
- * off tinyBLAS (M % 4 != 0, K % 8 != 0) or sends to vec_dot (N = 1).
+ * off tinyBLAS (M % 4 != 0, K % 8 != 0) or sends to vec_dot (N = 1), also
+ * the one-column products of decode attention over grouped KV heads.
  */
 import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
@@ -50,6 +51,11 @@ const SHAPES: MulMatShape[] = [
   shape(F16, 40, 10, 3), // M % 4 != 0: vec_dot
   shape(F16, 36, 12, 4), // K % 8 != 0: vec_dot
   shape(F16, 768, 64, 1), // one column: vec_dot
+  // Decode attention over grouped KV heads (one column per query head): four
+  // query heads per K row at the AVX-512 level (le_f16_dot4), vec_dot's bits.
+  shape(F16, 64, 256, 1, 4, 16), // KQ: 4 query heads per KV head
+  shape(F16, 1280, 64, 1, 2, 16), // KQV: 8 per KV head, K % 64 != 0 (leftovers)
+  shape(F16, 100, 24, 1, 1, 8), // one KV head, K % 64 != 0
   ...[2, 8, 13].map((n) => shape(F32, 512, 64, n)),
   shape(F32, 1536, 36, 6, 2, 4),
   ...[2, 4, 8, 9, 16, 17].map((n) => shape(Q8_0, 768, 72, n)),
