@@ -5,7 +5,8 @@
  * medians are compared.
  *
  *   deno task bench [--model FILE | --shape 125m|1.1b] [--threads T] [-p 512] [-n 128]
- *     [--depth 0] [--reps 3] [--types q8_0,q4_0,...] [--json] [--no-tokenizer] [--no-sampling]
+ *     [--depth 0] [--reps 3] [--types q8_0,q4_0,...] [--flash-attn] [--json] [--no-tokenizer]
+ *     [--no-sampling]
  *
  * Without --model a random llama (f16) of the `--shape` (default 125m; 1.1b
  * is TinyLlama's shape) is generated once under .cache/bench. --types also quantizes that file with llama.cpp's
@@ -44,6 +45,8 @@ interface Spec {
   tg: number;
   /** Tokens in the context before each timed run (llama-bench's -d). */
   depth: number;
+  /** Flash attention in both engines (llama.cpp's CPU default); off: both unfused. */
+  flashAttn: boolean;
 }
 
 /** Result of one engine's child run. */
@@ -140,6 +143,7 @@ async function childOurs(s: Spec, reps: number): Promise<ChildResult> {
     nCtx: contextSize(s),
     nBatch: s.pp,
     threads: s.threads,
+    flashAttn: s.flashAttn,
   });
   const loadMs = performance.now() - t0;
   const r = await timeRuns(
@@ -159,13 +163,21 @@ async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
   const oracle = await loadOracle();
   const t0 = performance.now();
   using m = oracle.load(s.model);
-  using ctx = m.context({ nCtx: contextSize(s), nBatch: s.pp, threads: s.threads });
+  const opts = { nCtx: contextSize(s), nBatch: s.pp, threads: s.threads };
+  // The one-sequence context is llama.cpp's unfused path; flash attention
+  // needs the batch oracle's (one sequence there too).
+  using ctx = s.flashAttn
+    ? await (await import("../tests/oracle/oracle_batch.ts")).OracleBatchContext.create(m, {
+      ...opts,
+      flashAttn: true,
+    })
+    : m.context(opts);
   const loadMs = performance.now() - t0;
   const r = await timeRuns(
     {
       nVocab: m.nVocab,
       clear: () => ctx.clear(),
-      decode: (t) => ctx.decode(t),
+      decode: (t) => "seqRm" in ctx ? ctx.decode({ tokens: t }) : ctx.decode(t),
     },
     s,
     reps,
@@ -193,6 +205,7 @@ async function runChild(engine: string, s: Spec): Promise<ChildResult> {
       String(s.depth),
       "--reps",
       "1",
+      ...(s.flashAttn ? ["--flash-attn"] : []),
     ],
     stdout: "piped",
     stderr: "inherit",
@@ -216,6 +229,7 @@ interface FileResult {
   pp: number;
   tg: number;
   depth: number;
+  flashAttn: boolean;
   reps: number;
   /** 1-minute load average before the first and after the last run. */
   loadAvg: { before: number; after: number };
@@ -258,6 +272,7 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
     pp: s.pp,
     tg: s.tg,
     depth: s.depth,
+    flashAttn: s.flashAttn,
     reps,
     loadAvg: { before, after },
     engines: { "llm-edge": a, "llama.cpp": b },
@@ -267,7 +282,7 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
 
 function printFile(f: FileResult): void {
   const name = f.model.split("/").pop()!;
-  const at = f.depth ? ` depth=${f.depth}` : "";
+  const at = (f.depth ? ` depth=${f.depth}` : "") + (f.flashAttn ? " flash-attn" : "");
   console.log(`\n${name}  threads=${f.threads}${at}  reps=${f.reps} (medians, ±spread)`);
   console.log(
     `  engine         pp${f.pp} tok/s        tg${f.tg} tok/s   peak RSS MiB   load ms`,
@@ -366,6 +381,10 @@ const SPEC = {
       description: "without --model: the random llama's shape (1.1b = TinyLlama's)",
     }),
     json: flag.boolean({ description: "print the results as one JSON document" }),
+    "flash-attn": flag.boolean({
+      aliases: ["fa"],
+      description: "flash attention in both engines (default: both unfused)",
+    }),
     reps: flag.int({ min: 1, default: 3, description: "repetitions per engine (medians kept)" }),
     types: flag.string({
       value: "LIST",
@@ -411,6 +430,7 @@ async function run(
     child?: string;
     "no-tokenizer": boolean;
     "no-sampling": boolean;
+    "flash-attn": boolean;
   },
   types: string[],
 ): Promise<number> {
@@ -418,7 +438,7 @@ async function run(
   const { physicalCores } = await import("../lib/backend/cpu.ts");
   const threads = a.threads ?? physicalCores();
   if (a.child) {
-    const spec = { model: a.model!, threads, pp, tg, depth };
+    const spec = { model: a.model!, threads, pp, tg, depth, flashAttn: a["flash-attn"] };
     const r = a.child === "llm-edge" ? await childOurs(spec, reps) : await childLlama(spec, reps);
     console.log(JSON.stringify(r));
     return 0;
@@ -459,7 +479,11 @@ async function run(
   }
   const files: FileResult[] = [];
   const bench = async (m: string) => {
-    const f = await benchFile({ model: m, threads, pp, tg, depth }, reps, json);
+    const f = await benchFile(
+      { model: m, threads, pp, tg, depth, flashAttn: a["flash-attn"] },
+      reps,
+      json,
+    );
     if (bw) f.bound = { ...(await tgBound(m, bw)), gbps: bw.gbps };
     files.push(f);
     if (!json) printFile(f);
