@@ -108,6 +108,15 @@ int32_t le_set_simd_level(int32_t level) {
   return l;
 }
 
+#if defined(LE_X86)
+/* AVX-512 VNNI (vpdpbusd), for the kernels that use it at the AVX-512 level. */
+int le_cpu_vnni(void) {
+  static int state = -1;
+  if (state < 0) state = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+  return state;
+}
+#endif
+
 /* Buffers from this size up are asked for on huge pages (le_alloc). */
 #define LE_HUGE_MIN ((uint64_t)4 << 20)
 #define LE_HUGE_PAGE ((uint64_t)2 << 20)

@@ -98,6 +98,10 @@ extern const le_type_traits le_traits_f32, le_traits_f16, le_traits_bf16, le_tra
 
 const le_type_traits *le_traits(int32_t type);
 le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
+#if defined(LE_X86)
+/* Whether the CPU has AVX-512 VNNI (core.c). */
+int le_cpu_vnni(void);
+#endif
 /* F16's le_vec_dot4_fn at the current SIMD level, or NULL (q_f16.c). */
 le_vec_dot4_fn le_f16_dot4(void);
 /* Built-in x86 tiles (gemm_x86.c), or NULL: at AVX-512, q8_0 in its

@@ -203,22 +203,35 @@ LE_TARGET_AVX2 static void q4x8_gemv1(int64_t nb, const le_block_q4_0x8 *x,
 #define LE_TARGET_Q4X8_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-static int q4x8_vnni_state = -1;
-static int q4x8_has_vnni(void) {
-  if (q4x8_vnni_state < 0) q4x8_vnni_state = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
-  return q4x8_vnni_state;
+/* One column's block for the VNNI kernels: y's four 8-byte pieces broadcast,
+ * and the accumulators' start, -8 times the y bytes each lane meets. */
+typedef struct { __m512i y0, y1, y2, y3, start; } q4x8_vcol;
+
+LE_TARGET_Q4X8_VNNI LE_INLINE q4x8_vcol q4x8_vnni_col(const le_block_q8_0 *y) {
+  const __m512i e8 = _mm512_set1_epi8(8);
+  q4x8_vcol v;
+  int64_t p[4];
+  memcpy(p, y->qs, 32);
+  v.y0 = _mm512_set1_epi64(p[0]);
+  v.y1 = _mm512_set1_epi64(p[1]);
+  v.y2 = _mm512_set1_epi64(p[2]);
+  v.y3 = _mm512_set1_epi64(p[3]);
+  __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), e8, v.y0);
+  c = _mm512_dpbusd_epi32(c, e8, v.y1);
+  c = _mm512_dpbusd_epi32(c, e8, v.y2);
+  c = _mm512_dpbusd_epi32(c, e8, v.y3);
+  v.start = _mm512_sub_epi32(_mm512_setzero_si512(), c);
+  return v;
 }
 
-LE_TARGET_Q4X8_VNNI LE_INLINE __m512i q4x8_vnni_group(const le_block_q4_0x8 *x, __m512i start,
-                                                      __m512i y0, __m512i y1, __m512i y2,
-                                                      __m512i y3) {
+LE_TARGET_Q4X8_VNNI LE_INLINE __m512i q4x8_vnni_group(const le_block_q4_0x8 *x, const q4x8_vcol *c) {
   const __m512i m = _mm512_set1_epi8(0x0f);
   const __m512i v01 = _mm512_loadu_si512((const void *)x->qs);
   const __m512i v23 = _mm512_loadu_si512((const void *)(x->qs + 64));
-  __m512i a = _mm512_dpbusd_epi32(start, _mm512_and_si512(v01, m), y0);
-  __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v23, m), y1);
-  a = _mm512_dpbusd_epi32(a, _mm512_and_si512(_mm512_srli_epi16(v01, 4), m), y2);
-  b = _mm512_dpbusd_epi32(b, _mm512_and_si512(_mm512_srli_epi16(v23, 4), m), y3);
+  __m512i a = _mm512_dpbusd_epi32(c->start, _mm512_and_si512(v01, m), c->y0);
+  __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v23, m), c->y1);
+  a = _mm512_dpbusd_epi32(a, _mm512_and_si512(_mm512_srli_epi16(v01, 4), m), c->y2);
+  b = _mm512_dpbusd_epi32(b, _mm512_and_si512(_mm512_srli_epi16(v23, 4), m), c->y3);
   return _mm512_add_epi32(a, b);
 }
 
@@ -228,25 +241,16 @@ LE_TARGET_Q4X8_VNNI static void q4x8_gemv2_vnni(int64_t nb, const le_block_q4_0x
   /* lane pairs of groups 0 (A) and 1 (B) into rows 0..7 of each */
   const __m512i even = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 16, 18, 24, 26, 20, 22, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __m512i e8 = _mm512_set1_epi8(8);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     if (pf) {
       const char *p = pf + b * 2 * Q4X8_BYTES;
       for (int l = 0; l < 2 * Q4X8_BYTES; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
     }
-    int64_t p[4];
-    memcpy(p, y[b].qs, 32);
-    const __m512i y0 = _mm512_set1_epi64(p[0]), y1 = _mm512_set1_epi64(p[1]);
-    const __m512i y2 = _mm512_set1_epi64(p[2]), y3 = _mm512_set1_epi64(p[3]);
-    __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), e8, y0);
-    c = _mm512_dpbusd_epi32(c, e8, y1);
-    c = _mm512_dpbusd_epi32(c, e8, y2);
-    c = _mm512_dpbusd_epi32(c, e8, y3);
-    const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), c);
+    const q4x8_vcol col = q4x8_vnni_col(&y[b]);
     const le_block_q4_0x8 *x0 = &x[b], *x1 = &x[gs + b];
-    const __m512i A = q4x8_vnni_group(x0, start, y0, y1, y2, y3);
-    const __m512i B = q4x8_vnni_group(x1, start, y0, y1, y2, y3);
+    const __m512i A = q4x8_vnni_group(x0, &col);
+    const __m512i B = q4x8_vnni_group(x1, &col);
     const __m512i isum = _mm512_add_epi32(_mm512_permutex2var_epi32(A, even, B),
                                           _mm512_permutex2var_epi32(A, odd, B));
     const __m256i d01 = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)x1->d),
@@ -264,7 +268,7 @@ LE_TARGET_Q4X8_VNNI static void q4x8_gemm4x2_vnni(int64_t nb, const le_block_q4_
                                                   float *s, size_t bs) {
   const __m512i even = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 16, 18, 24, 26, 20, 22, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __m512i m = _mm512_set1_epi8(0x0f), e8 = _mm512_set1_epi8(8);
+  const __m512i m = _mm512_set1_epi8(0x0f);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                    _mm512_setzero_ps()};
   for (int64_t b = 0; b < nb; b++) {
@@ -283,23 +287,15 @@ LE_TARGET_Q4X8_VNNI static void q4x8_gemm4x2_vnni(int64_t nb, const le_block_q4_
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
       const le_block_q8_0 *y = (const le_block_q8_0 *)(const void *)(vy + c * by) + b;
-      int64_t p[4];
-      memcpy(p, y->qs, 32);
-      const __m512i y0 = _mm512_set1_epi64(p[0]), y1 = _mm512_set1_epi64(p[1]);
-      const __m512i y2 = _mm512_set1_epi64(p[2]), y3 = _mm512_set1_epi64(p[3]);
-      __m512i k = _mm512_dpbusd_epi32(_mm512_setzero_si512(), e8, y0);
-      k = _mm512_dpbusd_epi32(k, e8, y1);
-      k = _mm512_dpbusd_epi32(k, e8, y2);
-      k = _mm512_dpbusd_epi32(k, e8, y3);
-      const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), k);
-      __m512i A = _mm512_dpbusd_epi32(start, al01, y0);
-      __m512i A2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), al23, y1);
-      __m512i B = _mm512_dpbusd_epi32(start, bl01, y0);
-      __m512i B2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bl23, y1);
-      A = _mm512_dpbusd_epi32(A, ah01, y2);
-      A2 = _mm512_dpbusd_epi32(A2, ah23, y3);
-      B = _mm512_dpbusd_epi32(B, bh01, y2);
-      B2 = _mm512_dpbusd_epi32(B2, bh23, y3);
+      const q4x8_vcol k = q4x8_vnni_col(y);
+      __m512i A = _mm512_dpbusd_epi32(k.start, al01, k.y0);
+      __m512i A2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), al23, k.y1);
+      __m512i B = _mm512_dpbusd_epi32(k.start, bl01, k.y0);
+      __m512i B2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bl23, k.y1);
+      A = _mm512_dpbusd_epi32(A, ah01, k.y2);
+      A2 = _mm512_dpbusd_epi32(A2, ah23, k.y3);
+      B = _mm512_dpbusd_epi32(B, bh01, k.y2);
+      B2 = _mm512_dpbusd_epi32(B2, bh23, k.y3);
       A = _mm512_add_epi32(A, A2);
       B = _mm512_add_epi32(B, B2);
       const __m512i isum = _mm512_add_epi32(_mm512_permutex2var_epi32(A, even, B),
@@ -326,7 +322,7 @@ void le_q4_0x8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t
 #if defined(LE_X86)
   if (le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512) {
     const int64_t n4 = ne11 >= 4 ? ne11 - ne11 % 4 : 0;
-    const int vnni = le_simd() == LE_SIMD_AVX512 && q4x8_has_vnni();
+    const int vnni = le_simd() == LE_SIMD_AVX512 && le_cpu_vnni();
     int64_t ig = ir0;
     if (vnni)
       for (; n4 && ig + 16 <= ir1; ig += 16)

@@ -192,12 +192,6 @@ LE_TARGET_AVX2 LE_INLINE void q4kx8_col(const int per_chunk, int64_t nb, const l
 #define LE_TARGET_Q4KX8_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-static int q4kx8_vnni_state = -1;
-static int q4kx8_has_vnni(void) {
-  if (q4kx8_vnni_state < 0) q4kx8_vnni_state = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
-  return q4kx8_vnni_state;
-}
-
 LE_TARGET_Q4KX8_VNNI LE_INLINE __m256i q4kx8_pairs(__m512i v) {
   return _mm256_hadd_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
@@ -292,7 +286,7 @@ void le_q4_kx8_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, int64_t
   const le_block_q4_kx8 *x = vx;
   const int64_t n4 = ne11 >= 4 ? ne11 - ne11 % 4 : 0;
 #if defined(LE_X86)
-  const int vnni = le_simd() == LE_SIMD_AVX512 && q4kx8_has_vnni();
+  const int vnni = le_simd() == LE_SIMD_AVX512 && le_cpu_vnni();
 #endif
   for (int64_t ir = ir0; ir < ir1; ir += 8) {
     const le_block_q4_kx8 *xg = x + (ir / 8) * nb;
