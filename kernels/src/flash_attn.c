@@ -225,6 +225,41 @@ int le_flash_attn_split(const le_node *n) {
          q->type == LE_TYPE_F32 && k->ne[1] >= FA_SPLIT_MIN_KV;
 }
 
+#if defined(LE_X86)
+/* fa_one_row's cell loop for an F16 V cache on the F16C levels: the same
+ * steps per cell (mask, kq dot, online softmax, VKQ16 += v * vs) with the
+ * mask converted by F16C and the accumulation inlined, not a software
+ * conversion and two calls per cell. */
+LE_TARGET_AVX2 static void fa_cells_f16_avx2(const fa_shape *s, le_vec_dot_fn kq_dot,
+                                             const void *Q_q, const char *kb, size_t kst,
+                                             const char *vb, size_t vst, const uint16_t *mp,
+                                             float slope, int64_t ic0, int64_t ic1,
+                                             uint16_t *VKQ16, float *pS, float *pM) {
+  float S = *pS, M = *pM;
+  for (int64_t ic = ic0; ic < ic1; ic++) {
+    const float mv = mp ? slope * _cvtsh_ss(mp[ic]) : 0.0f;
+    if (mv == -INFINITY) continue;
+    float sc;
+    kq_dot(s->DK, &sc, kb + ic * kst, Q_q);
+    sc = sc * s->scale;
+    sc += mv;
+    const float Mold = M;
+    float ms = 1.0f, vs = 1.0f;
+    if (sc > M) {
+      M = sc;
+      ms = expf(Mold - M);
+      fa_scale_f16(s->DV, VKQ16, ms);
+    } else {
+      vs = expf(sc - M);
+    }
+    fa_mad_f16_avx2(s->DV, VKQ16, (const uint16_t *)(const void *)(vb + ic * vst), vs);
+    S = S * ms + vs;
+  }
+  *pS = S;
+  *pM = M;
+}
+#endif
+
 /* ggml_compute_forward_flash_attn_ext_f16_one_chunk for query row ir over
  * cells [ic0, ic1). Writes the normalized row to dst, or (M, S, VKQ) to
  * `partial` when given. */
@@ -259,6 +294,14 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   else qt->from_float_act(pq, Q_q, DK);
 
   float S = 0.0f, M = -INFINITY;
+#if defined(LE_X86)
+  if (v_f16 && fa_use_avx2(s->fused)) {
+    fa_cells_f16_avx2(s, kq_dot, Q_q, fa_at(k, 0, ik2, ik3), (size_t)k->nb[1],
+                      fa_at(v, 0, iv2, iv3), (size_t)v->nb[1], mp, slope, ic0, ic1, VKQ16, &S,
+                      &M);
+    ic0 = ic1; /* done */
+  }
+#endif
   for (int64_t ic = ic0; ic < ic1; ic++) {
     const float mv = mp ? slope * le_fp16_to_fp32(mp[ic]) : 0.0f;
     if (mv == -INFINITY) continue;
