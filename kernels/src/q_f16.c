@@ -141,9 +141,51 @@ LE_TARGET_AVX512 static void dot4_f16_avx512(int64_t n, float *const s[4], const
 }
 #endif
 
+#if defined(LE_X86)
+/* dot_f16_avx2 of one x against two y, each output by its chain (four
+ * 8-lane accumulators per output fill 8 of AVX2's 16 registers, so four y
+ * at once would spill). */
+LE_TARGET_AVX2 static void dot2_f16_avx2(int64_t n, float *s0, float *s1, const uint16_t *x,
+                                         const uint16_t *y0, const uint16_t *y1) {
+  __m256 a[2][4];
+  for (int k = 0; k < 2; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm256_setzero_ps();
+  const int64_t np = n & ~(int64_t)31;
+#define LD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+  for (int64_t i = 0; i < np; i += 32) {
+    const __m256 x0 = LD(x + i), x1 = LD(x + i + 8), x2 = LD(x + i + 16), x3 = LD(x + i + 24);
+    a[0][0] = _mm256_fmadd_ps(x0, LD(y0 + i), a[0][0]);
+    a[0][1] = _mm256_fmadd_ps(x1, LD(y0 + i + 8), a[0][1]);
+    a[0][2] = _mm256_fmadd_ps(x2, LD(y0 + i + 16), a[0][2]);
+    a[0][3] = _mm256_fmadd_ps(x3, LD(y0 + i + 24), a[0][3]);
+    a[1][0] = _mm256_fmadd_ps(x0, LD(y1 + i), a[1][0]);
+    a[1][1] = _mm256_fmadd_ps(x1, LD(y1 + i + 8), a[1][1]);
+    a[1][2] = _mm256_fmadd_ps(x2, LD(y1 + i + 16), a[1][2]);
+    a[1][3] = _mm256_fmadd_ps(x3, LD(y1 + i + 24), a[1][3]);
+  }
+#undef LD
+  for (int k = 0; k < 2; k++) {
+    const uint16_t *y = k ? y1 : y0;
+    const __m256 t = _mm256_add_ps(_mm256_add_ps(a[k][0], a[k][2]), _mm256_add_ps(a[k][1], a[k][3]));
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    r = _mm_hadd_ps(r, r);
+    r = _mm_hadd_ps(r, r);
+    double sum = _mm_cvtss_f32(r);
+    for (int64_t i = np; i < n; i++) sum += (double)(_cvtsh_ss(x[i]) * _cvtsh_ss(y[i]));
+    *(k ? s1 : s0) = (float)sum;
+  }
+}
+
+LE_TARGET_AVX2 static void dot4_f16_avx2(int64_t n, float *const s[4], const void *vx,
+                                         const void *const vy[4]) {
+  dot2_f16_avx2(n, s[0], s[1], vx, vy[0], vy[1]);
+  dot2_f16_avx2(n, s[2], s[3], vx, vy[2], vy[3]);
+}
+#endif
+
 le_vec_dot4_fn le_f16_dot4(void) {
 #if defined(LE_X86)
   if (le_simd() == LE_SIMD_AVX512) return dot4_f16_avx512;
+  if (le_simd() == LE_SIMD_AVX2) return dot4_f16_avx2;
 #endif
   return NULL;
 }
