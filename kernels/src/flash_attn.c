@@ -230,33 +230,59 @@ int le_flash_attn_split(const le_node *n) {
  * steps per cell (mask, kq dot, online softmax, VKQ16 += v * vs) with the
  * mask converted by F16C and the accumulation inlined, not a software
  * conversion and two calls per cell. */
+#define FA_CELLS_F16_BODY(MAD)                                                                     \
+  float S = *pS, M = *pM;                                                                          \
+  for (int64_t ic = ic0; ic < ic1; ic++) {                                                         \
+    const float mv = mp ? slope * _cvtsh_ss(mp[ic]) : 0.0f;                                        \
+    if (mv == -INFINITY) continue;                                                                 \
+    float sc;                                                                                      \
+    kq_dot(s->DK, &sc, kb + ic * kst, Q_q);                                                        \
+    sc = sc * s->scale;                                                                            \
+    sc += mv;                                                                                      \
+    const float Mold = M;                                                                          \
+    float ms = 1.0f, vs = 1.0f;                                                                    \
+    if (sc > M) {                                                                                  \
+      M = sc;                                                                                      \
+      ms = expf(Mold - M);                                                                         \
+      fa_scale_f16(s->DV, VKQ16, ms);                                                              \
+    } else {                                                                                       \
+      vs = expf(sc - M);                                                                           \
+    }                                                                                              \
+    MAD(s->DV, VKQ16, (const uint16_t *)(const void *)(vb + ic * vst), vs);                        \
+    S = S * ms + vs;                                                                               \
+  }                                                                                                \
+  *pS = S;                                                                                         \
+  *pM = M;                                                                                         
+
 LE_TARGET_AVX2 static void fa_cells_f16_avx2(const fa_shape *s, le_vec_dot_fn kq_dot,
                                              const void *Q_q, const char *kb, size_t kst,
                                              const char *vb, size_t vst, const uint16_t *mp,
                                              float slope, int64_t ic0, int64_t ic1,
                                              uint16_t *VKQ16, float *pS, float *pM) {
-  float S = *pS, M = *pM;
-  for (int64_t ic = ic0; ic < ic1; ic++) {
-    const float mv = mp ? slope * _cvtsh_ss(mp[ic]) : 0.0f;
-    if (mv == -INFINITY) continue;
-    float sc;
-    kq_dot(s->DK, &sc, kb + ic * kst, Q_q);
-    sc = sc * s->scale;
-    sc += mv;
-    const float Mold = M;
-    float ms = 1.0f, vs = 1.0f;
-    if (sc > M) {
-      M = sc;
-      ms = expf(Mold - M);
-      fa_scale_f16(s->DV, VKQ16, ms);
-    } else {
-      vs = expf(sc - M);
-    }
-    fa_mad_f16_avx2(s->DV, VKQ16, (const uint16_t *)(const void *)(vb + ic * vst), vs);
-    S = S * ms + vs;
+  FA_CELLS_F16_BODY(fa_mad_f16_avx2)
+}
+
+/* VKQ16 += x * v 16 at a time: each element is fp16(fma(x, v, y)) with
+ * round-to-nearest as in fa_mad_f16_avx2, so the width changes nothing. */
+LE_TARGET_AVX512 static inline void fa_mad_f16_avx512(int64_t n, uint16_t *y, const uint16_t *x,
+                                                      float v) {
+  const __m512 vv = _mm512_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)));
+    const __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(y + i)));
+    _mm256_storeu_si256((__m256i *)(void *)(y + i),
+                        _mm512_cvtps_ph(_mm512_fmadd_ps(a, vv, b), _MM_FROUND_TO_NEAREST_INT));
   }
-  *pS = S;
-  *pM = M;
+  if (i < n) fa_mad_f16_avx2(n - i, y + i, x + i, v);
+}
+
+LE_TARGET_AVX512 static void fa_cells_f16_avx512(const fa_shape *s, le_vec_dot_fn kq_dot,
+                                                 const void *Q_q, const char *kb, size_t kst,
+                                                 const char *vb, size_t vst, const uint16_t *mp,
+                                                 float slope, int64_t ic0, int64_t ic1,
+                                                 uint16_t *VKQ16, float *pS, float *pM) {
+  FA_CELLS_F16_BODY(fa_mad_f16_avx512)
 }
 #endif
 
@@ -296,9 +322,9 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   float S = 0.0f, M = -INFINITY;
 #if defined(LE_X86)
   if (v_f16 && fa_use_avx2(s->fused)) {
-    fa_cells_f16_avx2(s, kq_dot, Q_q, fa_at(k, 0, ik2, ik3), (size_t)k->nb[1],
-                      fa_at(v, 0, iv2, iv3), (size_t)v->nb[1], mp, slope, ic0, ic1, VKQ16, &S,
-                      &M);
+    (le_simd() == LE_SIMD_AVX512 ? fa_cells_f16_avx512 : fa_cells_f16_avx2)(
+        s, kq_dot, Q_q, fa_at(k, 0, ik2, ik3), (size_t)k->nb[1], fa_at(v, 0, iv2, iv3),
+        (size_t)v->nb[1], mp, slope, ic0, ic1, VKQ16, &S, &M);
     ic0 = ic1; /* done */
   }
 #endif
