@@ -382,6 +382,9 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
 /* ggml_compute_forward_flash_attn_ext_tiled for rows [ir, ir + nr) of one
  * head (consecutive query tokens, nr <= 64): K and V tiles are widened once
  * for the block, each row keeps its own online softmax. */
+/* K rows up to this many elements are widened through a row buffer. */
+#define FA_ROW_MAX 1024
+
 static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int64_t nr,
                            float *work) {
   const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
@@ -403,6 +406,7 @@ static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int6
 
   const int64_t ik2 = iq2 / s->rk2, ik3 = iq3 / s->rk3;
   const int64_t iv2 = iq2 / s->rv2, iv3 = iq3 / s->rv3;
+  float krow[FA_ROW_MAX];
   const uint16_t *mp[FA_TILE_Q];
   for (int64_t t = 0; t < nr; t++) {
     memcpy(Qf + t * DK, fa_at(q, iq1 + t, iq2, iq3), (size_t)DK * 4);
@@ -424,8 +428,9 @@ static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int6
       live[t] = 1;
       if (mp[t]) {
         int all_masked = 1;
+        le_fp16_to_fp32_row(mp[t] + ic, m, kv_tile); /* exact: F16C where there is one */
         for (int tk = 0; tk < kv_tile; tk++) {
-          m[tk] = slope * le_fp16_to_fp32(mp[t][ic + tk]);
+          m[tk] = slope * m[tk];
           if (m[tk] != -INFINITY) all_masked = 0;
         }
         for (int tk = kv_tile; tk < FA_TILE_KV; tk++) m[tk] = -INFINITY;
@@ -436,7 +441,11 @@ static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int6
     if (!any) continue;
     for (int tk = 0; tk < kv_tile; tk++) {
       const char *kr = fa_at(k, ic + tk, ik2, ik3);
-      if (kv_f16) {
+      if (kv_f16 && DK <= FA_ROW_MAX) {
+        /* widened as a row, then stored down the tile's column */
+        le_fp16_to_fp32_row((const uint16_t *)kr, krow, DK);
+        for (int64_t dk = 0; dk < DK; dk++) Kt[dk * FA_TILE_KV + tk] = krow[dk];
+      } else if (kv_f16) {
         const uint16_t *kh = (const uint16_t *)kr;
         for (int64_t dk = 0; dk < DK; dk++) Kt[dk * FA_TILE_KV + tk] = le_fp16_to_fp32(kh[dk]);
       } else {
