@@ -41,6 +41,30 @@ interface FaCase {
 }
 
 const CASES: FaCase[] = [
+  // One query row over F16 cells with heads of 64 and 128: the AVX-512
+  // kernel keeps VKQ in registers over blocks of 32 cells (split KV too).
+  {
+    name: "rows f16, head 128, sparse",
+    d: 128,
+    n: 2,
+    nHead: 2,
+    nHeadKv: 1,
+    nKv: 150,
+    kvType: F16,
+    mask: "sparse",
+    threads: 2,
+  },
+  {
+    name: "split kv f16, head 64",
+    d: 64,
+    n: 1,
+    nHead: 4,
+    nHeadKv: 2,
+    nKv: 600,
+    kvType: F16,
+    mask: "causal",
+    threads: 2,
+  },
   {
     name: "rows f16",
     d: 32,

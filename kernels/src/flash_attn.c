@@ -23,7 +23,7 @@
  * ggml's FMA builds (haswell, the AVX-512 variants) fuse the vector
  * multiply-adds and the partial merge (checked in the objdump of
  * libggml-cpu-haswell.so); the x64 build (our scalar level) has no FMA. */
-#include "le_internal.h"
+#include "flash_attn.h"
 #include "vexp.h"
 
 #define FA_TILE_Q 64 /* GGML_FA_TILE_Q: the tiled path needs this many query rows */
@@ -107,17 +107,6 @@ LE_TARGET_AVX2 static void fa_mad_f32_avx2(int64_t n, float *y, const float *x, 
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
   for (; i < n; i++) y[i] = fmaf(x[i], v, y[i]);
 }
-LE_TARGET_AVX2 static void fa_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x, float v) {
-  const __m256 vv = _mm256_set1_ps(v);
-  int64_t i = 0;
-#define FA_LD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i *)(y + i),
-                     _mm256_cvtps_ph(_mm256_fmadd_ps(FA_LD(x + i), vv, FA_LD(y + i)), 0));
-#undef FA_LD
-  for (; i < n; i++)
-    y[i] = le_fp32_to_fp16(fmaf(le_fp16_to_fp32(x[i]), v, le_fp16_to_fp32(y[i])));
-}
 /* kq[tk] (tk < 64) = fma chain over dk of Kt[dk][tk] * q[dk], from 0 */
 LE_TARGET_AVX2 static void fa_kq_tile_avx2(int64_t DK, const float *Kt, const float *q, float *kq) {
   __m256 a[8];
@@ -152,7 +141,7 @@ static inline int fa_use_avx2(int fused) {
 static void fa_scale_f32(int64_t n, float *y, float v) {
   for (int64_t i = 0; i < n; i++) y[i] *= v;
 }
-static void fa_scale_f16(int64_t n, uint16_t *y, float v) {
+void le_fa_scale_f16(int64_t n, uint16_t *y, float v) {
   for (int64_t i = 0; i < n; i++) y[i] = le_fp32_to_fp16(le_fp16_to_fp32(y[i]) * v);
 }
 static void fa_mad_f32(int64_t n, float *y, const float *x, float v, int fused) {
@@ -167,7 +156,7 @@ static void fa_mad_f32(int64_t n, float *y, const float *x, float v, int fused) 
 static void fa_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float v, int fused) {
 #if defined(LE_X86)
   if (fa_use_avx2(fused)) {
-    fa_mad_f16_avx2(n, y, x, v);
+    le_fa_mad_f16_avx2(n, y, x, v);
     return;
   }
 #endif
@@ -225,66 +214,6 @@ int le_flash_attn_split(const le_node *n) {
          q->type == LE_TYPE_F32 && k->ne[1] >= FA_SPLIT_MIN_KV;
 }
 
-#if defined(LE_X86)
-/* fa_one_row's cell loop for an F16 V cache on the F16C levels: the same
- * steps per cell (mask, kq dot, online softmax, VKQ16 += v * vs) with the
- * mask converted by F16C and the accumulation inlined, not a software
- * conversion and two calls per cell. */
-#define FA_CELLS_F16_BODY(MAD)                                                                     \
-  float S = *pS, M = *pM;                                                                          \
-  for (int64_t ic = ic0; ic < ic1; ic++) {                                                         \
-    const float mv = mp ? slope * _cvtsh_ss(mp[ic]) : 0.0f;                                        \
-    if (mv == -INFINITY) continue;                                                                 \
-    float sc;                                                                                      \
-    kq_dot(s->DK, &sc, kb + ic * kst, Q_q);                                                        \
-    sc = sc * s->scale;                                                                            \
-    sc += mv;                                                                                      \
-    const float Mold = M;                                                                          \
-    float ms = 1.0f, vs = 1.0f;                                                                    \
-    if (sc > M) {                                                                                  \
-      M = sc;                                                                                      \
-      ms = expf(Mold - M);                                                                         \
-      fa_scale_f16(s->DV, VKQ16, ms);                                                              \
-    } else {                                                                                       \
-      vs = expf(sc - M);                                                                           \
-    }                                                                                              \
-    MAD(s->DV, VKQ16, (const uint16_t *)(const void *)(vb + ic * vst), vs);                        \
-    S = S * ms + vs;                                                                               \
-  }                                                                                                \
-  *pS = S;                                                                                         \
-  *pM = M;                                                                                         
-
-LE_TARGET_AVX2 static void fa_cells_f16_avx2(const fa_shape *s, le_vec_dot_fn kq_dot,
-                                             const void *Q_q, const char *kb, size_t kst,
-                                             const char *vb, size_t vst, const uint16_t *mp,
-                                             float slope, int64_t ic0, int64_t ic1,
-                                             uint16_t *VKQ16, float *pS, float *pM) {
-  FA_CELLS_F16_BODY(fa_mad_f16_avx2)
-}
-
-/* VKQ16 += x * v 16 at a time: each element is fp16(fma(x, v, y)) with
- * round-to-nearest as in fa_mad_f16_avx2, so the width changes nothing. */
-LE_TARGET_AVX512 static inline void fa_mad_f16_avx512(int64_t n, uint16_t *y, const uint16_t *x,
-                                                      float v) {
-  const __m512 vv = _mm512_set1_ps(v);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)));
-    const __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(y + i)));
-    _mm256_storeu_si256((__m256i *)(void *)(y + i),
-                        _mm512_cvtps_ph(_mm512_fmadd_ps(a, vv, b), _MM_FROUND_TO_NEAREST_INT));
-  }
-  if (i < n) fa_mad_f16_avx2(n - i, y + i, x + i, v);
-}
-
-LE_TARGET_AVX512 static void fa_cells_f16_avx512(const fa_shape *s, le_vec_dot_fn kq_dot,
-                                                 const void *Q_q, const char *kb, size_t kst,
-                                                 const char *vb, size_t vst, const uint16_t *mp,
-                                                 float slope, int64_t ic0, int64_t ic1,
-                                                 uint16_t *VKQ16, float *pS, float *pM) {
-  FA_CELLS_F16_BODY(fa_mad_f16_avx512)
-}
-#endif
 
 /* ggml_compute_forward_flash_attn_ext_f16_one_chunk for query row ir over
  * cells [ic0, ic1). Writes the normalized row to dst, or (M, S, VKQ) to
@@ -321,10 +250,10 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
 
   float S = 0.0f, M = -INFINITY;
 #if defined(LE_X86)
-  if (v_f16 && fa_use_avx2(s->fused)) {
-    (le_simd() == LE_SIMD_AVX512 ? fa_cells_f16_avx512 : fa_cells_f16_avx2)(
-        s, kq_dot, Q_q, fa_at(k, 0, ik2, ik3), (size_t)k->nb[1], fa_at(v, 0, iv2, iv3),
-        (size_t)v->nb[1], mp, slope, ic0, ic1, VKQ16, &S, &M);
+  const le_fa_cells_fn cells = v_f16 && fa_use_avx2(s->fused) ? le_fa_cells_f16(DV) : NULL;
+  if (cells) {
+    cells(DK, DV, s->scale, kq_dot, Q_q, fa_at(k, 0, ik2, ik3), (size_t)k->nb[1],
+          fa_at(v, 0, iv2, iv3), (size_t)v->nb[1], mp, slope, ic0, ic1, VKQ16, &S, &M);
     ic0 = ic1; /* done */
   }
 #endif
@@ -342,7 +271,7 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
       if (sc > M) {
         M = sc;
         ms = expf(Mold - M);
-        fa_scale_f16(DV, VKQ16, ms);
+        le_fa_scale_f16(DV, VKQ16, ms);
       } else {
         vs = expf(sc - M);
       }
