@@ -118,8 +118,11 @@ async function timeRuns(e: Driver, s: Spec, reps: number): Promise<{ pp: number[
     e.clear();
     for (let i = 0; i < fill.length; i += s.pp) await e.decode(fill.slice(i, i + s.pp));
   };
+  // Warm-up, as llama-bench's: one prompt batch and one generation step, so
+  // neither engine's timed runs pay for first-use work (graph shapes, repacking).
   await refill();
-  await e.decode(prompt.slice(0, 16)); // warm-up
+  await e.decode(prompt);
+  if (gen.length) await e.decode([gen[0]]);
   const pp: number[] = [], tg: number[] = [];
   for (let r = 0; r < reps; r++) {
     await refill();
