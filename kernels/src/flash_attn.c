@@ -249,14 +249,22 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   else qt->from_float_act(pq, Q_q, DK);
 
   float S = 0.0f, M = -INFINITY;
-#if defined(LE_X86)
   const le_fa_cells_fn cells = v_f16 && fa_use_avx2(s->fused) ? le_fa_cells_f16(DV) : NULL;
   if (cells) {
-    cells(DK, DV, s->scale, kq_dot, Q_q, fa_at(k, 0, ik2, ik3), (size_t)k->nb[1],
-          fa_at(v, 0, iv2, iv3), (size_t)v->nb[1], mp, slope, ic0, ic1, VKQ16, &S, &M);
+    const le_fa_row row = {.DK = DK,
+                           .DV = DV,
+                           .scale = s->scale,
+                           .slope = slope,
+                           .kq_dot = kq_dot,
+                           .Q_q = Q_q,
+                           .kb = fa_at(k, 0, ik2, ik3),
+                           .vb = fa_at(v, 0, iv2, iv3),
+                           .kst = (size_t)k->nb[1],
+                           .vst = (size_t)v->nb[1],
+                           .mp = mp};
+    cells(&row, ic0, ic1, VKQ16, &S, &M);
     ic0 = ic1; /* done */
   }
-#endif
   for (int64_t ic = ic0; ic < ic1; ic++) {
     const float mv = mp ? slope * le_fp16_to_fp32(mp[ic]) : 0.0f;
     if (mv == -INFINITY) continue;

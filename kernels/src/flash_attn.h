@@ -6,13 +6,23 @@
 /* y = fp16(f32(y) * v) element by element (ggml_vec_scale_f16). */
 void le_fa_scale_f16(int64_t n, uint16_t *y, float v);
 
-/* One query row's cells [ic0, ic1) over an F16 V cache: the kq dot against
- * Q_q, mask (mp, times slope), online softmax (*pS, *pM) and VKQ16; K and V
- * rows kst and vst bytes apart from kb and vb. */
-typedef void (*le_fa_cells_fn)(int64_t DK, int64_t DV, float scale, le_vec_dot_fn kq_dot,
-                               const void *Q_q, const char *kb, size_t kst, const char *vb,
-                               size_t vst, const uint16_t *mp, float slope, int64_t ic0,
-                               int64_t ic1, uint16_t *VKQ16, float *pS, float *pM);
+/* What the cell loop of one query row reads: the kq dot of DK elements
+ * against Q_q, K and V rows kst and vst bytes apart from kb and vb (V: DV
+ * f16 values), the mask row mp (NULL: none) times slope, the KQ scale. */
+typedef struct {
+  int64_t DK, DV;
+  float scale, slope;
+  le_vec_dot_fn kq_dot;
+  const void *Q_q;
+  const char *kb, *vb;
+  size_t kst, vst;
+  const uint16_t *mp;
+} le_fa_row;
+
+/* Cells [ic0, ic1) of a row over an F16 V cache: online softmax (*pS, *pM)
+ * and the f16 accumulator VKQ16. */
+typedef void (*le_fa_cells_fn)(const le_fa_row *r, int64_t ic0, int64_t ic1, uint16_t *VKQ16,
+                               float *pS, float *pM);
 
 /* The cell loop for heads of DV values at the current SIMD level, or NULL. */
 le_fa_cells_fn le_fa_cells_f16(int64_t DV);

@@ -48,6 +48,21 @@ LE_TARGET_AVX2 static void cvt_to_f16_avx2(const float *x, uint16_t *y, int64_t 
   for (; i < n; i++) y[i] = le_fp32_to_fp16(x[i]);
 }
 
+/* GGML_F32Cx8_REDUCE = GGML_F32x8_REDUCE: (a0 + a2) + (a1 + a3), low +
+ * high half, two hadds ((t0 + t1) + (t2 + t3)); the elements from np on
+ * in double, each product rounded in float (ggml's leftover loop). */
+LE_TARGET_AVX2 static inline float f16_finish_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3,
+                                                   const uint16_t *x, const uint16_t *y,
+                                                   int64_t np, int64_t n) {
+  __m256 t = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  r = _mm_hadd_ps(r, r);
+  r = _mm_hadd_ps(r, r);
+  double sum = _mm_cvtss_f32(r);
+  for (int64_t i = np; i < n; i++) sum += (double)(_cvtsh_ss(x[i]) * _cvtsh_ss(y[i]));
+  return (float)sum;
+}
+
 LE_TARGET_AVX2 static void dot_f16_avx2(int64_t n, float *s, const void *vx, const void *vy) {
   const uint16_t *x = vx, *y = vy;
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -60,24 +75,18 @@ LE_TARGET_AVX2 static void dot_f16_avx2(int64_t n, float *s, const void *vx, con
     a3 = _mm256_fmadd_ps(LD(x + i + 24), LD(y + i + 24), a3);
   }
 #undef LD
-  /* GGML_F32Cx8_REDUCE = GGML_F32x8_REDUCE: (a0 + a2) + (a1 + a3), low +
-   * high half, two hadds ((t0 + t1) + (t2 + t3)); leftovers in double. */
-  __m256 t = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  r = _mm_hadd_ps(r, r);
-  r = _mm_hadd_ps(r, r);
-  double sum = _mm_cvtss_f32(r);
-  for (int64_t i = np; i < n; i++) sum += (double)(_cvtsh_ss(x[i]) * _cvtsh_ss(y[i]));
-  *s = (float)sum;
+  *s = f16_finish_avx2(a0, a1, a2, a3, x, y, np, n);
 }
 
-/* The elements after the last whole step (all of them for an attention
- * head of 32): each product rounded in float, added in double in order, as
- * ggml's leftover loop; converted and multiplied 16 at a time (masked
- * loads) instead of one software conversion per element. */
-LE_TARGET_AVX512 static inline double f16_tail_avx512(double sum, const uint16_t *x,
-                                                      const uint16_t *y, int64_t i, int64_t n) {
-  for (; i < n; i += 16) {
+/* (a0 + a2) + (a1 + a3) reduced to one lane; then the elements from np on
+ * (all of them for an attention head of 32): each product rounded in float,
+ * added in double in order, as ggml's leftover loop, converted and
+ * multiplied 16 at a time (masked loads). */
+LE_TARGET_AVX512 static inline float f16_finish_avx512(__m512 a0, __m512 a1, __m512 a2, __m512 a3,
+                                                       const uint16_t *x, const uint16_t *y,
+                                                       int64_t np, int64_t n) {
+  double sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+  for (int64_t i = np; i < n; i += 16) {
     const int64_t m = LE_MIN(16, n - i);
     const __mmask16 k = (__mmask16)((1u << m) - 1);
     float t[16];
@@ -85,7 +94,7 @@ LE_TARGET_AVX512 static inline double f16_tail_avx512(double sum, const uint16_t
                                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, y + i))));
     for (int64_t j = 0; j < m; j++) sum += (double)t[j];
   }
-  return sum;
+  return (float)sum;
 }
 
 LE_TARGET_AVX512 static void dot_f16_avx512(int64_t n, float *s, const void *vx, const void *vy) {
@@ -100,9 +109,7 @@ LE_TARGET_AVX512 static void dot_f16_avx512(int64_t n, float *s, const void *vx,
     a3 = _mm512_fmadd_ps(LD(x + i + 48), LD(y + i + 48), a3);
   }
 #undef LD
-  double sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
-  sum = f16_tail_avx512(sum, x, y, np, n);
-  *s = (float)sum;
+  *s = f16_finish_avx512(a0, a1, a2, a3, x, y, np, n);
 }
 #endif
 
@@ -131,13 +138,8 @@ LE_TARGET_AVX512 static void dot4_f16_avx512(int64_t n, float *const s[4], const
   }
 #undef LD
 #pragma GCC unroll 4
-  for (int k = 0; k < 4; k++) {
-    const uint16_t *y = vy[k];
-    double sum = _mm512_reduce_add_ps(
-        _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][2]), _mm512_add_ps(a[k][1], a[k][3])));
-    sum = f16_tail_avx512(sum, x, y, np, n);
-    *s[k] = (float)sum;
-  }
+  for (int k = 0; k < 4; k++)
+    *s[k] = f16_finish_avx512(a[k][0], a[k][1], a[k][2], a[k][3], x, vy[k], np, n);
 }
 #endif
 
@@ -163,16 +165,8 @@ LE_TARGET_AVX2 static void dot2_f16_avx2(int64_t n, float *s0, float *s1, const 
     a[1][3] = _mm256_fmadd_ps(x3, LD(y1 + i + 24), a[1][3]);
   }
 #undef LD
-  for (int k = 0; k < 2; k++) {
-    const uint16_t *y = k ? y1 : y0;
-    const __m256 t = _mm256_add_ps(_mm256_add_ps(a[k][0], a[k][2]), _mm256_add_ps(a[k][1], a[k][3]));
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    r = _mm_hadd_ps(r, r);
-    r = _mm_hadd_ps(r, r);
-    double sum = _mm_cvtss_f32(r);
-    for (int64_t i = np; i < n; i++) sum += (double)(_cvtsh_ss(x[i]) * _cvtsh_ss(y[i]));
-    *(k ? s1 : s0) = (float)sum;
-  }
+  *s0 = f16_finish_avx2(a[0][0], a[0][1], a[0][2], a[0][3], x, y0, np, n);
+  *s1 = f16_finish_avx2(a[1][0], a[1][1], a[1][2], a[1][3], x, y1, np, n);
 }
 
 LE_TARGET_AVX2 static void dot4_f16_avx2(int64_t n, float *const s[4], const void *vx,

@@ -224,23 +224,49 @@ LE_TARGET_Q4X8_VNNI LE_INLINE q4x8_vcol q4x8_vnni_col(const le_block_q8_0 *y) {
   return v;
 }
 
-LE_TARGET_Q4X8_VNNI LE_INLINE __m512i q4x8_vnni_group(const le_block_q4_0x8 *x, const q4x8_vcol *c) {
+/* One group-block's nibbles, unpacked once: chunks 0|1 and 2|3, low and high. */
+typedef struct { __m512i l01, h01, l23, h23; } q4x8_vw;
+
+LE_TARGET_Q4X8_VNNI LE_INLINE q4x8_vw q4x8_vnni_load(const le_block_q4_0x8 *x) {
   const __m512i m = _mm512_set1_epi8(0x0f);
   const __m512i v01 = _mm512_loadu_si512((const void *)x->qs);
   const __m512i v23 = _mm512_loadu_si512((const void *)(x->qs + 64));
-  __m512i a = _mm512_dpbusd_epi32(c->start, _mm512_and_si512(v01, m), c->y0);
-  __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v23, m), c->y1);
-  a = _mm512_dpbusd_epi32(a, _mm512_and_si512(_mm512_srli_epi16(v01, 4), m), c->y2);
-  b = _mm512_dpbusd_epi32(b, _mm512_and_si512(_mm512_srli_epi16(v23, 4), m), c->y3);
+  q4x8_vw w;
+  w.l01 = _mm512_and_si512(v01, m);
+  w.h01 = _mm512_and_si512(_mm512_srli_epi16(v01, 4), m);
+  w.l23 = _mm512_and_si512(v23, m);
+  w.h23 = _mm512_and_si512(_mm512_srli_epi16(v23, 4), m);
+  return w;
+}
+
+/* A group's block sums against one column, two lanes per row (see above). */
+LE_TARGET_Q4X8_VNNI LE_INLINE __m512i q4x8_vnni_sum(const q4x8_vw *w, const q4x8_vcol *c) {
+  __m512i a = _mm512_dpbusd_epi32(c->start, w->l01, c->y0);
+  __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->l23, c->y1);
+  a = _mm512_dpbusd_epi32(a, w->h01, c->y2);
+  b = _mm512_dpbusd_epi32(b, w->h23, c->y3);
   return _mm512_add_epi32(a, b);
+}
+
+/* Two groups' lane pairs (A: rows 0-7, B: rows 8-15) added into the 16
+ * row sums in row order, as floats (exact: small integers). */
+LE_TARGET_Q4X8_VNNI LE_INLINE __m512 q4x8_vnni_rows(__m512i A, __m512i B) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 16, 18, 24, 26, 20, 22, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_permutex2var_epi32(A, even, B),
+                                             _mm512_permutex2var_epi32(A, odd, B)));
+}
+
+/* The two groups' 16 row scales d_x, as floats. */
+LE_TARGET_Q4X8_VNNI LE_INLINE __m512 q4x8_vnni_dx(const le_block_q4_0x8 *x0,
+                                                 const le_block_q4_0x8 *x1) {
+  return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)x1->d),
+                                          _mm_loadu_si128((const __m128i *)(const void *)x0->d)));
 }
 
 LE_TARGET_Q4X8_VNNI static void q4x8_gemv2_vnni(int64_t nb, const le_block_q4_0x8 *x, int64_t gs,
                                                 const le_block_q8_0 *y, float *s,
                                                 const char *pf) {
-  /* lane pairs of groups 0 (A) and 1 (B) into rows 0..7 of each */
-  const __m512i even = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 16, 18, 24, 26, 20, 22, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     if (pf) {
@@ -248,59 +274,30 @@ LE_TARGET_Q4X8_VNNI static void q4x8_gemv2_vnni(int64_t nb, const le_block_q4_0x
       for (int l = 0; l < 2 * Q4X8_BYTES; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
     }
     const q4x8_vcol col = q4x8_vnni_col(&y[b]);
-    const le_block_q4_0x8 *x0 = &x[b], *x1 = &x[gs + b];
-    const __m512i A = q4x8_vnni_group(x0, &col);
-    const __m512i B = q4x8_vnni_group(x1, &col);
-    const __m512i isum = _mm512_add_epi32(_mm512_permutex2var_epi32(A, even, B),
-                                          _mm512_permutex2var_epi32(A, odd, B));
-    const __m256i d01 = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)x1->d),
-                                         _mm_loadu_si128((const __m128i *)(const void *)x0->d));
-    const __m512 dxy = _mm512_mul_ps(_mm512_cvtph_ps(d01), _mm512_set1_ps(le_h2f(y[b].d)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dxy, acc);
+    const q4x8_vw w0 = q4x8_vnni_load(&x[b]), w1 = q4x8_vnni_load(&x[gs + b]);
+    const __m512 dxy = _mm512_mul_ps(q4x8_vnni_dx(&x[b], &x[gs + b]), _mm512_set1_ps(le_h2f(y[b].d)));
+    acc = _mm512_fmadd_ps(q4x8_vnni_rows(q4x8_vnni_sum(&w0, &col), q4x8_vnni_sum(&w1, &col)), dxy,
+                          acc);
   }
   _mm512_storeu_ps(s, acc);
 }
 
 /* gemm: two groups (16 rows, gs blocks apart) against 4 columns (by bytes
- * apart), outputs bs floats apart; per column the gemv's sums and chain. */
+ * apart), outputs bs floats apart; per column the gemv's sums and chain,
+ * the weights unpacked once for the 4. */
 LE_TARGET_Q4X8_VNNI static void q4x8_gemm4x2_vnni(int64_t nb, const le_block_q4_0x8 *x,
                                                   int64_t gs, const char *vy, size_t by,
                                                   float *s, size_t bs) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 16, 18, 24, 26, 20, 22, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __m512i m = _mm512_set1_epi8(0x0f);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                    _mm512_setzero_ps()};
   for (int64_t b = 0; b < nb; b++) {
-    const le_block_q4_0x8 *x0 = &x[b], *x1 = &x[gs + b];
-    const __m512i a01 = _mm512_loadu_si512((const void *)x0->qs);
-    const __m512i a23 = _mm512_loadu_si512((const void *)(x0->qs + 64));
-    const __m512i b01 = _mm512_loadu_si512((const void *)x1->qs);
-    const __m512i b23 = _mm512_loadu_si512((const void *)(x1->qs + 64));
-    const __m512i al01 = _mm512_and_si512(a01, m), ah01 = _mm512_and_si512(_mm512_srli_epi16(a01, 4), m);
-    const __m512i al23 = _mm512_and_si512(a23, m), ah23 = _mm512_and_si512(_mm512_srli_epi16(a23, 4), m);
-    const __m512i bl01 = _mm512_and_si512(b01, m), bh01 = _mm512_and_si512(_mm512_srli_epi16(b01, 4), m);
-    const __m512i bl23 = _mm512_and_si512(b23, m), bh23 = _mm512_and_si512(_mm512_srli_epi16(b23, 4), m);
-    const __m256i d01 = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)x1->d),
-                                         _mm_loadu_si128((const __m128i *)(const void *)x0->d));
-    const __m512 dx = _mm512_cvtph_ps(d01);
+    const q4x8_vw w0 = q4x8_vnni_load(&x[b]), w1 = q4x8_vnni_load(&x[gs + b]);
+    const __m512 dx = q4x8_vnni_dx(&x[b], &x[gs + b]);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
       const le_block_q8_0 *y = (const le_block_q8_0 *)(const void *)(vy + c * by) + b;
-      const q4x8_vcol k = q4x8_vnni_col(y);
-      __m512i A = _mm512_dpbusd_epi32(k.start, al01, k.y0);
-      __m512i A2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), al23, k.y1);
-      __m512i B = _mm512_dpbusd_epi32(k.start, bl01, k.y0);
-      __m512i B2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bl23, k.y1);
-      A = _mm512_dpbusd_epi32(A, ah01, k.y2);
-      A2 = _mm512_dpbusd_epi32(A2, ah23, k.y3);
-      B = _mm512_dpbusd_epi32(B, bh01, k.y2);
-      B2 = _mm512_dpbusd_epi32(B2, bh23, k.y3);
-      A = _mm512_add_epi32(A, A2);
-      B = _mm512_add_epi32(B, B2);
-      const __m512i isum = _mm512_add_epi32(_mm512_permutex2var_epi32(A, even, B),
-                                            _mm512_permutex2var_epi32(A, odd, B));
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+      const q4x8_vcol col = q4x8_vnni_col(y);
+      acc[c] = _mm512_fmadd_ps(q4x8_vnni_rows(q4x8_vnni_sum(&w0, &col), q4x8_vnni_sum(&w1, &col)),
                                _mm512_mul_ps(dx, _mm512_set1_ps(le_h2f(y->d))), acc[c]);
     }
   }
