@@ -8,7 +8,8 @@
  * above 1024 (where the F16 tiles change shape), attention-like broadcast
  * (4 weight matrices for 12 column matrices), and shapes llama.cpp keeps
  * off tinyBLAS (M % 4 != 0, K % 8 != 0) or sends to vec_dot (N = 1), also
- * the one-column products of decode attention over grouped KV heads.
+ * the one-column products of decode attention over grouped KV heads and
+ * heads whose dots leave elements to a serial double sum.
  */
 import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
@@ -56,6 +57,12 @@ const SHAPES: MulMatShape[] = [
   shape(F16, 64, 256, 1, 4, 16), // KQ: 4 query heads per KV head
   shape(F16, 1280, 64, 1, 2, 16), // KQV: 8 per KV head, K % 64 != 0 (leftovers)
   shape(F16, 100, 24, 1, 1, 8), // one KV head, K % 64 != 0
+  // Dots that leave elements to vec_dot's serial double sum (K % 64 != 0 at
+  // AVX-512) go 16 rows at a time with those sums lane-parallel
+  // (le_f16_rows): heads of 32, partial row groups, K below one chunk.
+  shape(F16, 32, 37, 1, 4, 8), // KQ: heads of 32, 2 query heads per KV head
+  shape(F16, 200, 32, 1, 2, 8), // KQV: 4 per KV head, 8 leftovers after 3 chunks
+  shape(F16, 7, 21, 1, 3, 3), // one query head per KV head, K < 16
   ...[2, 8, 13].map((n) => shape(F32, 512, 64, n)),
   shape(F32, 1536, 36, 6, 2, 4),
   ...[2, 4, 8, 9, 16, 17].map((n) => shape(Q8_0, 768, 72, n)),

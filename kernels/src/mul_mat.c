@@ -252,6 +252,13 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
                                       t->type == LE_TYPE_F16
                                   ? le_f16_dot4()
                                   : NULL;
+  /* One-column F16 products whose dots leave elements to vec_dot's serial
+   * double sum (heads of 32 at AVX-512, KQV rows of n_kv % 64): rows go 16
+   * at a time with those sums lane-parallel (le_f16_rows). */
+  const le_f16_rows_fn rows = !gt && !panel && !repacked && !direct && ne11 == 1 &&
+                                      t->type == LE_TYPE_F16
+                                  ? le_f16_rows(K)
+                                  : NULL;
   const int64_t grp = dot4 ? r2 : 1; /* query planes per unit */
   const int64_t base = panel ? PANEL_ROWS : BLK_ROWS;
   const int64_t nbase = (M + base - 1) / base, planes = ne12 / grp * ne13;
@@ -303,6 +310,11 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
           outs[k] = (float *)((char *)(uintptr_t)d->data + (i12 + g + k) * d->nb[2] +
                               i13 * d->nb[3]);
         }
+        if (rows) {
+          float *o4[4] = {outs[0] + ir0, outs[1] + ir0, outs[2] + ir0, outs[3] + ir0};
+          rows(K, ir1 - ir0, arow + ir0 * a->nb[1], (size_t)a->nb[1], 4, ys, o4);
+          continue;
+        }
         for (int64_t i01 = ir0; i01 < ir1; i01++) {
           float *s4[4] = {outs[0] + i01, outs[1] + i01, outs[2] + i01, outs[3] + i01};
           dot4(K, s4, arow + i01 * a->nb[1], ys);
@@ -327,6 +339,11 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
             ? (const void *)((const char *)(uintptr_t)b->data + i11 * b->nb[1] + i12 * b->nb[2] + i13 * b->nb[3])
             : (const void *)((const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11 + i11) * vrow);
         float *out = (float *)((char *)(uintptr_t)d->data + i11 * d->nb[1] + i12 * d->nb[2] + i13 * d->nb[3]);
+        if (rows) {
+          float *o1 = out + ir0;
+          rows(K, ir1 - ir0, arow + ir0 * a->nb[1], (size_t)a->nb[1], 1, &y, &o1);
+          continue;
+        }
         for (int64_t i01 = ir0; i01 < ir1; i01++) {
           if (pf_bursts && ne11 == 1 && i01 + PF_ROWS < M) { /* see tile_block */
             const char *pf = arow + (i01 + PF_ROWS) * a->nb[1];

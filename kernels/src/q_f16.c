@@ -144,6 +144,120 @@ LE_TARGET_AVX512 static void dot4_f16_avx512(int64_t n, float *const s[4], const
 #endif
 
 #if defined(LE_X86)
+/* In place: r[c] lane j = r[j] lane c, for a 16 x 16 block of floats. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) { /* lane L: pairs of rows at columns 4L, 4L+1 | 4L+2, 4L+3 */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) { /* r[i + c] lane L: rows i..i+3 at column 4L + c */
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) { /* 128-bit lanes: columns c and 8+c (or 4+c and 12+c) */
+    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+  }
+}
+
+/* dot_f16_avx512 of 16 rows x (xr[j]) with ny (1 or 4) y each, into
+ * s[k][j] for j < nr. The vector part is each row's own; the leftovers,
+ * which vec_dot adds one at a time in double (every element of a head of
+ * 32, up to 63 of a KQV row), go lane-parallel over the rows: the 16 rows'
+ * float products are transposed so that lane j of one double vector takes
+ * row j's products in row j's order. Same double adds per row, so the same
+ * bits, without one latency-bound chain per dot. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+rows16_f16_avx512(const int ny, int64_t n, int nr, const uint16_t *const xr[16],
+                  const uint16_t *const *y, float *const *s) {
+  const int64_t np = n & ~(int64_t)63;
+  float red[4][16] = {{0}};
+  for (int j = 0; j < 16 && np; j++) {
+    const uint16_t *x = xr[j];
+    __m512 a[4][4];
+    for (int k = 0; k < ny; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm512_setzero_ps();
+#define LD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+    for (int64_t i = 0; i < np; i += 64) {
+      const __m512 x0 = LD(x + i), x1 = LD(x + i + 16), x2 = LD(x + i + 32), x3 = LD(x + i + 48);
+      for (int k = 0; k < ny; k++) {
+        a[k][0] = _mm512_fmadd_ps(x0, LD(y[k] + i), a[k][0]);
+        a[k][1] = _mm512_fmadd_ps(x1, LD(y[k] + i + 16), a[k][1]);
+        a[k][2] = _mm512_fmadd_ps(x2, LD(y[k] + i + 32), a[k][2]);
+        a[k][3] = _mm512_fmadd_ps(x3, LD(y[k] + i + 48), a[k][3]);
+      }
+    }
+#undef LD
+    for (int k = 0; k < ny; k++)
+      red[k][j] = _mm512_reduce_add_ps(
+          _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][2]), _mm512_add_ps(a[k][1], a[k][3])));
+  }
+  for (int k = 0; k < ny; k++) {
+    __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(red[k]));
+    __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(red[k] + 8));
+    for (int64_t i = np; i < n; i += 16) {
+      const int m = (int)LE_MIN(16, n - i);
+      const __mmask16 mk = (__mmask16)((1u << m) - 1);
+      const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, y[k] + i));
+      __m512 p[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; j++)
+        p[j] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, xr[j] + i)), yv);
+      transpose16(p);
+      for (int c = 0; c < m; c++) {
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(p[c])));
+        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p[c]), 1))));
+      }
+    }
+    float out[16];
+    _mm256_storeu_ps(out, _mm512_cvtpd_ps(lo));
+    _mm256_storeu_ps(out + 8, _mm512_cvtpd_ps(hi));
+    for (int j = 0; j < nr; j++) s[k][j] = out[j];
+  }
+}
+
+/* le_f16_rows_fn at AVX-512: groups of 16 rows (a short last group repeats
+ * its last row, whose extra results are dropped). */
+LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const void *vx, size_t bx,
+                                             int ny, const void *const *vy, float *const *s) {
+  const uint16_t *const *y = (const uint16_t *const *)vy;
+  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+    const int nr = (int)LE_MIN(16, nrows - r0);
+    const uint16_t *xr[16];
+    for (int j = 0; j < 16; j++)
+      xr[j] = (const uint16_t *)((const char *)vx + (size_t)(r0 + LE_MIN(j, nr - 1)) * bx);
+    float *o[4];
+    for (int k = 0; k < ny; k++) o[k] = s[k] + r0;
+    if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, o);
+    else rows16_f16_avx512(1, n, nr, xr, y, o);
+  }
+}
+#endif
+
+le_f16_rows_fn le_f16_rows(int64_t n) {
+#if defined(LE_X86)
+  if (le_simd() == LE_SIMD_AVX512 && n % 64) return rows_f16_avx512;
+#endif
+  (void)n;
+  return NULL;
+}
+
+#if defined(LE_X86)
 /* dot_f16_avx2 of one x against two y, each output by its chain (four
  * 8-lane accumulators per output fill 8 of AVX2's 16 registers, so four y
  * at once would spill). */
