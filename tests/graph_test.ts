@@ -129,3 +129,25 @@ Deno.test("planner: reuses memory after the last reader and never overlaps live 
   const total = items.reduce((s, i) => s + Math.ceil(i.size / 64) * 64, 0);
   assert.ok(p.size < total / 2, `arena ${p.size} vs ${total}`);
 });
+
+Deno.test("planner: a result written in place takes its source's block only when that source ends where it starts", () => {
+  const kb = 1024;
+  // a (steps 0-1) feeds b in place at step 1; c (1-3) lives beside both.
+  const items = [
+    { key: "a", size: 4 * kb, start: 0, end: 1 },
+    { key: "c", size: kb, start: 1, end: 3 },
+    { key: "b", size: 4 * kb, start: 1, end: 2, inPlaceOf: "a" },
+  ];
+  const p = planArena(items);
+  assert.equal(p.offsets.get("b"), p.offsets.get("a"));
+  assert.equal(p.size, 5 * kb); // without the hand-over: a, c and b at once (9 KiB)
+  assert.equal(planArena(items.map(({ inPlaceOf: _, ...it }) => it)).size, 9 * kb);
+  // b's block is free again after b: d (step 3) takes it.
+  const more = planArena([...items, { key: "d", size: 4 * kb, start: 3, end: 3 }]);
+  assert.equal(more.offsets.get("d"), more.offsets.get("a"));
+  // a source still read after the node's step, or a smaller one: no hand-over.
+  for (const a of [{ end: 2, size: 4 * kb }, { end: 1, size: 2 * kb }]) {
+    const q = planArena([{ key: "a", start: 0, ...a }, items[1], items[2]]);
+    assert.notEqual(q.offsets.get("b"), q.offsets.get("a"));
+  }
+});

@@ -9,6 +9,7 @@ import type {
   OpQuery,
   ResolvedTensor,
 } from "../lib/backend/types.ts";
+import { CpuBackend } from "../lib/backend/cpu.ts";
 import { ReferenceBackend } from "../lib/backend/reference.ts";
 import { Graph } from "../lib/graph/graph.ts";
 import { bitsF32, Op } from "../lib/graph/ops.ts";
@@ -399,4 +400,38 @@ Deno.test("sched: ReferenceBackend, whole and split across two instances", async
   using two = new Scheduler([r0, r1], { assign: (n) => (n.layer === 0 ? "r1" : "r0") });
   close(await runOn(two, w, () => "host", TOKENS), want);
   assert.deepEqual(two.splits.map((s) => s.backend), ["r0", "r1", "r0"]);
+});
+
+Deno.test("sched: SOFT_MAX on the CPU backend writes over its scores (one block, same bits)", async () => {
+  using cpu = new CpuBackend({ threads: 2 });
+  const r = rng(7);
+  const fill = (n: number) => Float32Array.from({ length: n }, () => r() * 4);
+  const [d, nKv, nTok, nHead] = [4, 256, 32, 2]; // scores (64 KiB) outweigh the rest
+  const data = { k: fill(d * nKv * nHead), q: fill(d * nTok * nHead), v: fill(nKv * d * nHead) };
+  const run = async (b: Backend) => {
+    const g = new Graph();
+    const k = g.input("k", GGMLType.F32, [d, nKv, nHead]);
+    const q = g.input("q", GGMLType.F32, [d, nTok, nHead]);
+    const v = g.input("v", GGMLType.F32, [nKv, d, nHead]);
+    const kq = g.mulMat(k, q); // [nKv, nTok, nHead]
+    const out = g.mulMat(v, g.softMax(kq, { scale: 0.25 }));
+    g.markOutput(out);
+    using sched = new Scheduler([b]);
+    sched.alloc(g);
+    for (const [t, x] of [[k, data.k], [q, data.q], [v, data.v]] as const) sched.setInput(t, x);
+    await sched.compute();
+    return { size: sched.measure(g).get("cpu")!, out: sched.read(out), kqBytes: kq.nbytes };
+  };
+  const inPlace = await run(cpu);
+  const apart = await run({ // the same kernels and buffers, no inPlaceOps
+    name: "cpu",
+    supportsOp: (q) => cpu.supportsOp(q),
+    alloc: (size) => cpu.alloc(size),
+    free: (buf) => cpu.free(buf),
+    compute: (nodes, signal) => cpu.compute(nodes, signal),
+    [Symbol.dispose]() {},
+  });
+  assert.ok(cpu.inPlaceOps.has(Op.SOFT_MAX));
+  assert.equal(apart.size - inPlace.size, inPlace.kqBytes);
+  assert.deepEqual(inPlace.out, apart.out);
 });

@@ -187,6 +187,12 @@ const forgotten = new FinalizationRegistry<NativeState>(freeState);
 export class CpuBackend implements Backend {
   /** Backend name. */
   readonly name = "cpu";
+  /**
+   * SOFT_MAX writes over its scores (kernels/src/ops.c reads each element
+   * before writing it): the KQ matrix of a long prompt is then held once,
+   * not twice, as ggml-alloc does.
+   */
+  readonly inPlaceOps: ReadonlySet<Op> = new Set([Op.SOFT_MAX]);
   /** Threads the native pool runs with. */
   readonly threads: number;
   readonly #s: NativeState;

@@ -52,6 +52,13 @@ export interface Backend extends Disposable {
   /** Whether this backend can run `q`. */
   supportsOp(q: OpQuery): boolean;
   /**
+   * Ops whose kernels may write their result over their first source (the
+   * same type and layout, read by no later node): the scheduler then gives
+   * both one block of the arena, as ggml-alloc does for its in-place ops.
+   * Absent: none.
+   */
+  readonly inPlaceOps?: ReadonlySet<Op>;
+  /**
    * A zero-filled buffer of `size` bytes, aligned to at least 64. Others
    * move bytes in and out of it only through its {@link BufferIO} (see
    * lib/ggml/memory.ts), so the memory need not be host-addressable.

@@ -20,7 +20,7 @@
  *
  * @module
  */
-import { MAX_PARAMS, MAX_SRC, opSupported } from "../graph/ops.ts";
+import { MAX_PARAMS, MAX_SRC, Op, opSupported } from "../graph/ops.ts";
 import { byteExtent, describeBuffer } from "../ggml/memory.ts";
 import { LinearMemoryBuffer } from "../ggml/linear_memory.ts";
 import { ggmlTypeInfo } from "../ggml/types.ts";
@@ -111,6 +111,8 @@ export function wasmOpSupported(q: OpQuery): boolean {
 export class WasmBackend implements Backend {
   /** Backend name. */
   readonly name = "wasm";
+  /** As the CPU backend's (the same kernels): SOFT_MAX writes over its scores. */
+  readonly inPlaceOps: ReadonlySet<Op> = new Set([Op.SOFT_MAX]);
   /** Always 1. */
   readonly threads = 1;
   /** The instance the kernels run in. */

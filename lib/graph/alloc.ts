@@ -21,6 +21,12 @@ export interface Lifetime<K> {
   readonly start: number;
   /** Last step that reads it; `Infinity` keeps it for good (outputs). */
   readonly end: number;
+  /**
+   * An item whose block this one takes over when that item's last step is
+   * this one's first and it is no smaller (a result written in place over
+   * its source); otherwise ignored.
+   */
+  readonly inPlaceOf?: K;
 }
 
 /** Offsets chosen by {@link planArena}. */
@@ -58,12 +64,28 @@ export function planArena<K>(items: readonly Lifetime<K>[], align = ARENA_ALIGN)
   }
   const arena = new FreeList();
   const offsets = new Map<K, number>();
+  // Blocks' sizes as placed (an item that took over a block frees all of it).
+  const blocks = new Map<K, number>();
+  const byKey = new Map(items.map((it) => [it.key, it]));
+  const handedOn = new Set<K>();
   for (const t of [...times].sort((a, b) => a - b)) {
     for (const it of starts.get(t) ?? []) {
-      offsets.set(it.key, arena.alloc(alignUp(Math.max(it.size, 1), align)));
+      const size = alignUp(Math.max(it.size, 1), align);
+      const from = it.inPlaceOf === undefined ? undefined : byKey.get(it.inPlaceOf);
+      if (
+        from && from.end === t && offsets.has(from.key) && !handedOn.has(from.key) &&
+        blocks.get(from.key)! >= size
+      ) {
+        offsets.set(it.key, offsets.get(from.key)!);
+        blocks.set(it.key, blocks.get(from.key)!);
+        handedOn.add(from.key);
+        continue;
+      }
+      offsets.set(it.key, arena.alloc(size));
+      blocks.set(it.key, size);
     }
     for (const it of ends.get(t) ?? []) {
-      arena.free(offsets.get(it.key)!, alignUp(Math.max(it.size, 1), align));
+      if (!handedOn.has(it.key)) arena.free(offsets.get(it.key)!, blocks.get(it.key)!);
     }
   }
   return { offsets, size: arena.peak };

@@ -417,6 +417,9 @@ export class Scheduler implements Disposable {
         end: pinned.has(t) ? Infinity : -1,
       });
     }
+    // Nodes that may write over their first source (checked once every
+    // lifetime is known: that source must end where the node starts).
+    const inPlace = new Map<Tensor, Tensor>();
     let step = 0;
     for (const s of splits) {
       s.copyStep = step++;
@@ -430,6 +433,13 @@ export class Scheduler implements Disposable {
             start: now,
             end: pinned.has(n) ? Infinity : now,
           });
+          const src0 = execSrc(n)[0];
+          if (
+            s.backend.inPlaceOps?.has(n.op) && src0 && sameBlock(n, src0) &&
+            owner.get(src0) === s.backend
+          ) {
+            inPlace.set(n, src0);
+          }
         }
         const reads = [...execSrc(n).map((x) => x.root)];
         if (n.viewSrc) reads.push(n.viewSrc);
@@ -464,7 +474,9 @@ export class Scheduler implements Disposable {
     const lifetimes = new Map<string, Lifetime<Tensor | Copy>[]>();
     for (const b of this.backends) lifetimes.set(b.name, []);
     for (const [key, l] of life) {
-      lifetimes.get(l.backend)!.push({ key, size: l.size, start: l.start, end: l.end });
+      const from = inPlace.get(key as Tensor); // undefined for copies
+      const inPlaceOf = from && life.get(from)?.end === l.start ? from : undefined;
+      lifetimes.get(l.backend)!.push({ key, size: l.size, start: l.start, end: l.end, inPlaceOf });
     }
     const sizes = new Map<string, number>();
     const offsets = new Map<string, Map<Tensor | Copy, number>>();
@@ -546,3 +558,15 @@ function isCopy(k: Tensor | Copy): k is Copy {
 
 // The operands a backend sees: a copy's destination is the node itself.
 const execSrc = execSources;
+
+/**
+ * Whether `n` may take `src`'s block in place: `src` a whole computed tensor
+ * (not a view, an input or a weight, not an output), of the same type,
+ * shape and contiguous strides.
+ */
+function sameBlock(n: Tensor, src: Tensor): boolean {
+  if (src.kind !== "op" || src.viewSrc || src.data || src.root !== src) return false;
+  if (src.type !== n.type || !src.isContiguous || !n.isContiguous) return false;
+  for (let i = 0; i < 4; i++) if (src.ne[i] !== n.ne[i]) return false;
+  return true;
+}
