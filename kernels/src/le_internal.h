@@ -102,15 +102,14 @@ le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
 /* Whether the CPU has AVX-512 VNNI (core.c). */
 int le_cpu_vnni(void);
 #endif
-/* F16's le_vec_dot4_fn at the current SIMD level, or NULL (q_f16.c). */
+/* F16's le_vec_dot4_fn at the AVX2 level, or NULL (q_f16.c; AVX-512 takes le_f16_rows). */
 le_vec_dot4_fn le_f16_dot4(void);
 /* s[k][r] = F16 vec_dot of row r of x (rows bx bytes apart) with y[k], for
  * r < nrows and k < ny (1 or 4), each by vec_dot's chain. */
 typedef void (*le_f16_rows_fn)(int64_t n, int64_t nrows, const void *x, size_t bx, int ny,
                                const void *const *y, float *const *s);
-/* The F16 row kernel for dots of n elements where it beats one vec_dot per
- * output (vec_dot leaves elements to a serial double sum), or NULL (q_f16.c). */
-le_f16_rows_fn le_f16_rows(int64_t n);
+/* The F16 row kernel at the current SIMD level (AVX-512), or NULL (q_f16.c). */
+le_f16_rows_fn le_f16_rows(void);
 /* Built-in x86 tiles (gemm_x86.c), or NULL: at AVX-512, q8_0 in its
  * vec_dot order (needs VNNI); with tinyblas set, F32/F16 in llamafile
  * tinyBLAS order at AVX-512 and AVX2 (for N >= 2, K % le_tinyblas_kn() == 0,

@@ -246,18 +246,20 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
    * work split (16-row units: ~1200 per tolstoy-6m token). */
   /* Decode attention with grouped KV heads (src0 broadcast over r2 query
    * heads, one column each): the r2 planes that share a K matrix are one
-   * unit, and each K row meets their queries four at a time (le_f16_dot4:
-   * vec_dot's chain per output, the row read once). */
+   * unit, and each K row meets their queries four at a time (le_f16_rows
+   * at AVX-512, le_f16_dot4 at AVX2: vec_dot's chain per output, the row
+   * read once). */
   const le_vec_dot4_fn dot4 = !gt && !panel && !repacked && !direct && ne11 == 1 && r2 % 4 == 0 &&
                                       t->type == LE_TYPE_F16
                                   ? le_f16_dot4()
                                   : NULL;
-  /* One-column F16 products whose dots leave elements to vec_dot's serial
-   * double sum (heads of 32 at AVX-512, KQV rows of n_kv % 64): rows go 16
-   * at a time with those sums lane-parallel (le_f16_rows). */
+  /* One-column F16 products at AVX-512 go 16 rows at a time (le_f16_rows:
+   * vec_dot's chain per output, the 16 final reductions as one, the serial
+   * double leftovers of heads of 32 and KQV rows lane-parallel), one to
+   * four query heads per row. */
   const le_f16_rows_fn rows = !gt && !panel && !repacked && !direct && ne11 == 1 &&
                                       t->type == LE_TYPE_F16
-                                  ? le_f16_rows(K)
+                                  ? le_f16_rows()
                                   : NULL;
   const int64_t grp = dot4 ? r2 : 1; /* query planes per unit */
   const int64_t base = panel ? PANEL_ROWS : BLK_ROWS;

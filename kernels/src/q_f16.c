@@ -113,35 +113,6 @@ LE_TARGET_AVX512 static void dot_f16_avx512(int64_t n, float *s, const void *vx,
 }
 #endif
 
-#if defined(LE_X86)
-/* dot_f16_avx512 of one x against four y (the query heads that share a KV
- * head meet the same K rows): x is converted once per step, and every
- * output keeps dot_f16_avx512's chain exactly. */
-LE_TARGET_AVX512 static void dot4_f16_avx512(int64_t n, float *const s[4], const void *vx,
-                                             const void *const vy[4]) {
-  const uint16_t *x = vx;
-  __m512 a[4][4];
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm512_setzero_ps();
-  const int64_t np = n & ~(int64_t)63;
-#define LD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-  for (int64_t i = 0; i < np; i += 64) {
-    const __m512 x0 = LD(x + i), x1 = LD(x + i + 16), x2 = LD(x + i + 32), x3 = LD(x + i + 48);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-      const uint16_t *y = vy[k];
-      a[k][0] = _mm512_fmadd_ps(x0, LD(y + i), a[k][0]);
-      a[k][1] = _mm512_fmadd_ps(x1, LD(y + i + 16), a[k][1]);
-      a[k][2] = _mm512_fmadd_ps(x2, LD(y + i + 32), a[k][2]);
-      a[k][3] = _mm512_fmadd_ps(x3, LD(y + i + 48), a[k][3]);
-    }
-  }
-#undef LD
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; k++)
-    *s[k] = f16_finish_avx512(a[k][0], a[k][1], a[k][2], a[k][3], x, vy[k], np, n);
-}
-#endif
 
 #if defined(LE_X86)
 /* In place: r[c] lane j = r[j] lane c, for a 16 x 16 block of floats. */
@@ -175,38 +146,77 @@ LE_TARGET_AVX512 static inline __attribute__((always_inline)) void transpose16(_
   }
 }
 
+/* _mm512_reduce_add_ps of 16 vectors at once, by the same tree (halves,
+ * quarters, then pairs: each lane's sum is bit for bit the single
+ * reduction's; checked over random inputs of wide range). Output lane l is
+ * the reduction of a[RED_SLOT[l]] (a 4 x 4 transpose, its own inverse):
+ * storing row j's vector at a[RED_SLOT[j]] gives the rows in order. */
+static const int RED_SLOT[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 reduce16(const __m512 a[16]) {
+  __m512 s[8], u[4], v[2];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; p++) /* lanes 0-7 | 8-15: the two vectors' high + low halves */
+    s[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                         _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; q++) /* one vector per 128-bit lane: its quarters added */
+    u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0x88),
+                         _mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0xDD));
+#pragma GCC unroll 2
+  for (int r = 0; r < 2; r++) /* per lane: [0] + [2], [1] + [3] of two vectors */
+    v[r] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * r], u[2 * r + 1], 0x44),
+                         _mm512_shuffle_ps(u[2 * r], u[2 * r + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
+}
+
 /* dot_f16_avx512 of 16 rows x (xr[j]) with ny (1 or 4) y each, into
- * s[k][j] for j < nr. The vector part is each row's own; the leftovers,
- * which vec_dot adds one at a time in double (every element of a head of
- * 32, up to 63 of a KQV row), go lane-parallel over the rows: the 16 rows'
- * float products are transposed so that lane j of one double vector takes
- * row j's products in row j's order. Same double adds per row, so the same
- * bits, without one latency-bound chain per dot. */
+ * s[k][j] for j < nr. Each row's vector part is its own chain (y widened
+ * once into yf when given: exact); the 16 rows' final reductions run as
+ * one (reduce16); the leftovers, which vec_dot adds one at a time in
+ * double (every element of a head of 32, up to 63 of a KQV row), go
+ * lane-parallel over the rows: the 16 rows' float products are transposed
+ * so that lane j of one double vector adds row j's products in row j's
+ * order. Same operations per output, so the same bits, without one
+ * latency-bound chain per dot. */
 LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
 rows16_f16_avx512(const int ny, int64_t n, int nr, const uint16_t *const xr[16],
-                  const uint16_t *const *y, float *const *s) {
+                  const uint16_t *const *y, const float *yf, float *const *s) {
   const int64_t np = n & ~(int64_t)63;
   float red[4][16] = {{0}};
-  for (int j = 0; j < 16 && np; j++) {
-    const uint16_t *x = xr[j];
-    __m512 a[4][4];
-    for (int k = 0; k < ny; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm512_setzero_ps();
+  if (np) {
+    __m512 acc[4][16];
+    for (int j = 0; j < 16; j++) {
+      const uint16_t *x = xr[j];
+      __m512 a[4][4];
+#pragma GCC unroll 4
+      for (int k = 0; k < ny; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm512_setzero_ps();
 #define LD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-    for (int64_t i = 0; i < np; i += 64) {
-      const __m512 x0 = LD(x + i), x1 = LD(x + i + 16), x2 = LD(x + i + 32), x3 = LD(x + i + 48);
-      for (int k = 0; k < ny; k++) {
-        a[k][0] = _mm512_fmadd_ps(x0, LD(y[k] + i), a[k][0]);
-        a[k][1] = _mm512_fmadd_ps(x1, LD(y[k] + i + 16), a[k][1]);
-        a[k][2] = _mm512_fmadd_ps(x2, LD(y[k] + i + 32), a[k][2]);
-        a[k][3] = _mm512_fmadd_ps(x3, LD(y[k] + i + 48), a[k][3]);
+#define LY(k, i) (yf ? _mm512_loadu_ps(yf + (k) * n + (i)) : LD(y[k] + (i)))
+      for (int64_t i = 0; i < np; i += 64) {
+        const __m512 x0 = LD(x + i), x1 = LD(x + i + 16), x2 = LD(x + i + 32), x3 = LD(x + i + 48);
+#pragma GCC unroll 4
+        for (int k = 0; k < ny; k++) {
+          a[k][0] = _mm512_fmadd_ps(x0, LY(k, i), a[k][0]);
+          a[k][1] = _mm512_fmadd_ps(x1, LY(k, i + 16), a[k][1]);
+          a[k][2] = _mm512_fmadd_ps(x2, LY(k, i + 32), a[k][2]);
+          a[k][3] = _mm512_fmadd_ps(x3, LY(k, i + 48), a[k][3]);
+        }
       }
-    }
+#undef LY
 #undef LD
-    for (int k = 0; k < ny; k++)
-      red[k][j] = _mm512_reduce_add_ps(
-          _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][2]), _mm512_add_ps(a[k][1], a[k][3])));
+#pragma GCC unroll 4
+      for (int k = 0; k < ny; k++)
+        acc[k][RED_SLOT[j]] =
+            _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][2]), _mm512_add_ps(a[k][1], a[k][3]));
+    }
+    for (int k = 0; k < ny; k++) _mm512_storeu_ps(red[k], reduce16(acc[k]));
   }
   for (int k = 0; k < ny; k++) {
+    if (np == n) {
+      for (int j = 0; j < nr; j++) s[k][j] = red[k][j];
+      continue;
+    }
     __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(red[k]));
     __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(red[k] + 8));
     for (int64_t i = np; i < n; i += 16) {
@@ -236,6 +246,14 @@ rows16_f16_avx512(const int ny, int64_t n, int nr, const uint16_t *const xr[16],
 LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const void *vx, size_t bx,
                                              int ny, const void *const *vy, float *const *s) {
   const uint16_t *const *y = (const uint16_t *const *)vy;
+  /* y widened once (exact), so that each row converts only its own
+   * elements. Up to 16 KiB of it: a longer y (a KQV row over a deep
+   * window, four query heads) would push the streamed rows out of L1, and
+   * is read from f16 instead (same values). */
+  float yf[4096];
+  const int wide = ny * n <= 4096 && nrows > 16;
+  if (wide)
+    for (int k = 0; k < ny; k++) le_fp16_to_fp32_row(y[k], yf + k * n, n);
   for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
     const int nr = (int)LE_MIN(16, nrows - r0);
     const uint16_t *xr[16];
@@ -243,17 +261,16 @@ LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const voi
       xr[j] = (const uint16_t *)((const char *)vx + (size_t)(r0 + LE_MIN(j, nr - 1)) * bx);
     float *o[4];
     for (int k = 0; k < ny; k++) o[k] = s[k] + r0;
-    if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, o);
-    else rows16_f16_avx512(1, n, nr, xr, y, o);
+    if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, wide ? yf : NULL, o);
+    else rows16_f16_avx512(1, n, nr, xr, y, wide ? yf : NULL, o);
   }
 }
 #endif
 
-le_f16_rows_fn le_f16_rows(int64_t n) {
+le_f16_rows_fn le_f16_rows(void) {
 #if defined(LE_X86)
-  if (le_simd() == LE_SIMD_AVX512 && n % 64) return rows_f16_avx512;
+  if (le_simd() == LE_SIMD_AVX512) return rows_f16_avx512;
 #endif
-  (void)n;
   return NULL;
 }
 
@@ -292,7 +309,6 @@ LE_TARGET_AVX2 static void dot4_f16_avx2(int64_t n, float *const s[4], const voi
 
 le_vec_dot4_fn le_f16_dot4(void) {
 #if defined(LE_X86)
-  if (le_simd() == LE_SIMD_AVX512) return dot4_f16_avx512;
   if (le_simd() == LE_SIMD_AVX2) return dot4_f16_avx2;
 #endif
   return NULL;
