@@ -15,6 +15,7 @@
  * F32/F16 tiles follow llamafile tinyBLAS instead (llama.cpp uses it for
  * N >= 2); see tile_float (icelake-like variants) and tile_float8 (haswell). */
 #include "q_common.h"
+#include "reduce512.h"
 
 #if defined(LE_X86)
 #include <cpuid.h>
@@ -191,6 +192,18 @@ tile_float(const int F16, const int RM, const int RN, int64_t n, float *s, size_
 #pragma GCC unroll 4
       for (int r = 0; r < RM; r++) acc[r][c] = _mm512_fmadd_ps(a[r], b, acc[r][c]);
     }
+  }
+  if (RM == 4 && RN == 4) { /* the 16 reductions as one (same tree, reduce512.h) */
+    __m512 v[16];
+    float out[16];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) v[RED_SLOT[c * 4 + r]] = acc[r][c];
+    _mm512_storeu_ps(out, reduce16(v));
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) memcpy(s + c * bs, out + c * 4, 4 * sizeof(float));
+    return;
   }
 #pragma GCC unroll 4
   for (int r = 0; r < RM; r++)

@@ -2,6 +2,7 @@
  * vec_dot_type for f16 is f16) and accumulates the products in float. */
 #include "le_internal.h"
 #include "le_wasm_simd.h"
+#include "reduce512.h"
 
 static void cvt_to_f32_scalar(const uint16_t *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = le_fp16_to_fp32(x[i]);
@@ -144,30 +145,6 @@ LE_TARGET_AVX512 static inline __attribute__((always_inline)) void transpose16(_
     r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
     r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
   }
-}
-
-/* _mm512_reduce_add_ps of 16 vectors at once, by the same tree (halves,
- * quarters, then pairs: each lane's sum is bit for bit the single
- * reduction's; checked over random inputs of wide range). Output lane l is
- * the reduction of a[RED_SLOT[l]] (a 4 x 4 transpose, its own inverse):
- * storing row j's vector at a[RED_SLOT[j]] gives the rows in order. */
-static const int RED_SLOT[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-
-LE_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 reduce16(const __m512 a[16]) {
-  __m512 s[8], u[4], v[2];
-#pragma GCC unroll 8
-  for (int p = 0; p < 8; p++) /* lanes 0-7 | 8-15: the two vectors' high + low halves */
-    s[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
-                         _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; q++) /* one vector per 128-bit lane: its quarters added */
-    u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0x88),
-                         _mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0xDD));
-#pragma GCC unroll 2
-  for (int r = 0; r < 2; r++) /* per lane: [0] + [2], [1] + [3] of two vectors */
-    v[r] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * r], u[2 * r + 1], 0x44),
-                         _mm512_shuffle_ps(u[2 * r], u[2 * r + 1], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
 }
 
 /* dot_f16_avx512 of 16 rows x (xr[j]) with ny (1 or 4) y each, into
