@@ -150,8 +150,8 @@ LE_TARGET_AVX2 LE_INLINE void q4kx8_chunk(const le_block_q4_kx8 *x, int p, const
 
 /* 8 rows (one group), one column: gemv form (per_chunk 0) or gemm form;
  * pf: a group's worth of bytes to prefetch meanwhile (NULL: none), a few
- * lines per chunk (see repack.c). */
-#define Q4KX8_COL_BODY(CHUNK)                                                                      \
+ * lines per chunk, into the cache level HINT (see repack.c). */
+#define Q4KX8_COL_BODY(CHUNK, HINT)                                                                \
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();                                    \
   for (int64_t b = 0; b < nb; b++) {                                                               \
     const __m256 dy = _mm256_set1_ps(y[b].d);                                                      \
@@ -162,7 +162,7 @@ _Pragma("GCC unroll 4")                                                         
     for (int p = 0; p < 4; p++) {                                                                  \
       if (pf)                                                                                      \
         for (int l = 0; l < Q4KX8_BYTES / 4; l += 64)                                              \
-          _mm_prefetch(pf + b * Q4KX8_BYTES + p * (Q4KX8_BYTES / 4) + l, _MM_HINT_T0);             \
+          _mm_prefetch(pf + b * Q4KX8_BYTES + p * (Q4KX8_BYTES / 4) + l, HINT);                    \
       __m256i ip, mp;                                                                              \
       CHUNK(&x[b], p, y[b].qs, y[b].bsums, &ip, &mp);                                              \
       if (per_chunk) {                                                                             \
@@ -182,7 +182,7 @@ _Pragma("GCC unroll 4")                                                         
 
 LE_TARGET_AVX2 LE_INLINE void q4kx8_col(const int per_chunk, int64_t nb, const le_block_q4_kx8 *x,
                                         const le_block_q8_k *y, float *s, const char *pf) {
-  Q4KX8_COL_BODY(q4kx8_chunk)
+  Q4KX8_COL_BODY(q4kx8_chunk, _MM_HINT_T0)
 }
 
 /* AVX-512 VNNI: the same sums (exact integers) with vpdpbusd straight into
@@ -216,7 +216,7 @@ LE_TARGET_Q4KX8_VNNI LE_INLINE void q4kx8_chunk_vnni(const le_block_q4_kx8 *x, i
 LE_TARGET_Q4KX8_VNNI static void q4kx8_gemv_vnni(int64_t nb, const le_block_q4_kx8 *x,
                                                  const le_block_q8_k *y, float *s, const char *pf) {
   const int per_chunk = 0;
-  Q4KX8_COL_BODY(q4kx8_chunk_vnni)
+  Q4KX8_COL_BODY(q4kx8_chunk_vnni, _MM_HINT_T1) /* L2: 32 rows ahead is past L1 (repack.c) */
 }
 
 /* gemm form, one group against 4 columns (by bytes apart, outputs bs floats
