@@ -93,18 +93,33 @@ LE_TARGET_AVX2 LE_INLINE void dot_q6_k_body(int64_t n, float *s, const void *vx,
   __m256 accf = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     const int8_t *sc = x[i].scales;
+    /* The 16 scales as words, 8 per copy in both lanes: chunk c's pair
+     * (2c | 2c+1) is one byte shuffle away. */
+    const __m256i sw0 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+    const __m256i sw1 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(sc + 8))));
     __m256i acc = _mm256_setzero_si256();
+    /* Unrolled: the shifts are constants and no branch picks l0/l1 (the
+     * integer sums are exact, so only the lanes' totals matter). */
+#pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
       const __m256i l0 = le_load256(x[i].ql + 64 * h), l1 = le_load256(x[i].ql + 64 * h + 32);
       const __m256i qh = le_load256(x[i].qh + 32 * h);
+#pragma GCC unroll 4
       for (int k = 0; k < 4; k++) {
         const int c = 4 * h + k;
         const __m256i lq = (k & 1) ? l1 : l0;
         const __m256i lo = k >= 2 ? le_shr_mask_avx2(lq, 4, 0x0f)
                                   : _mm256_and_si256(lq, _mm256_set1_epi8(0x0f));
         const __m256i hi = _mm256_slli_epi16(le_shr_mask_avx2(qh, 2 * k, 3), 4);
-        acc = _mm256_add_epi32(acc, le_kdot32_avx2(_mm256_or_si256(lo, hi), y[i].qs + 32 * c,
-                                                   sc[2 * c], sc[2 * c + 1]));
+        const int w = 2 * (c % 4); /* words w | w + 1 of sw0 or sw1 */
+        const __m256i pick = _mm256_set_epi8(
+            2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2,
+            2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2,
+            2 * w + 1, 2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w,
+            2 * w + 1, 2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w);
+        const __m256i scv = _mm256_shuffle_epi8(c < 4 ? sw0 : sw1, pick);
+        const __m256i p = _mm256_maddubs_epi16(_mm256_or_si256(lo, hi), le_load256(y[i].qs + 32 * c));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scv));
       }
     }
     const __m256i off = _mm256_madd_epi16(le_load256(y[i].bsums),
