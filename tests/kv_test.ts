@@ -193,6 +193,16 @@ Deno.test("kv: n_kv pads the used extent to 256", () => {
   assert.equal(kv.nKv(), 512);
 });
 
+Deno.test("kv: windowPad 64 pads the used extent to 64; other values are refused", () => {
+  using kv = cache({ size: 512, windowPad: 64 });
+  assert.equal(kv.nKv(), 64);
+  place(kv, seqTokens(0, Array.from({ length: 100 }, (_, i) => i)));
+  assert.equal(kv.nKv(), 128);
+  for (const windowPad of [0, 32, 96.5, 100]) {
+    assert.throws(() => cache({ size: 512, windowPad }), /windowPad .* multiple of 64/);
+  }
+});
+
 Deno.test("kv: store nodes write token rows into the slot cells; views read them back", async () => {
   using kv = cache({ typeK: GGMLType.F32, typeV: GGMLType.F32 });
   const [hd, nh, hv, T] = [4, 2, 3, 4];

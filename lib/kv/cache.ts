@@ -65,6 +65,8 @@ export class KvCache implements Disposable {
   readonly nSeqMax: number;
   /** Window padding (256 always applies). */
   readonly nPad: number;
+  /** The window's padding besides nPad (256 by default; see KvOptions.windowPad). */
+  readonly windowPad: number;
   /** Sliding window size. */
   readonly nSwa: number;
   /** Sliding window kind. */
@@ -92,6 +94,10 @@ export class KvCache implements Disposable {
     this.vTrans = o.vTrans ?? true;
     this.nSeqMax = o.nSeqMax ?? 1;
     this.nPad = o.nPad ?? 1;
+    this.windowPad = o.windowPad ?? N_KV_PAD;
+    if (!Number.isInteger(this.windowPad) || this.windowPad < 64 || this.windowPad % 64) {
+      throw new KvError(`KvCache: windowPad ${this.windowPad} must be a positive multiple of 64`);
+    }
     this.nSwa = o.nSwa ?? 0;
     this.swaType = o.swaType ?? SwaType.NONE;
     if (this.size % this.nPad !== 0) {
@@ -478,8 +484,9 @@ export class KvCache implements Disposable {
   }
 
   /**
-   * Cells attention looks at: used extent padded to 256 (at least 256), at
-   * most size; with streams, the most of the slot's streams (get_n_kv).
+   * Cells attention looks at: used extent padded to windowPad (256, as
+   * llama.cpp's get_n_kv, unless set lower; at least one pad), at most
+   * size; with streams, the most of the slot's streams.
    */
   nKv(slot?: SlotInfo | null): number {
     if (this.#streams) {
@@ -489,7 +496,7 @@ export class KvCache implements Disposable {
       }
       return n;
     }
-    const pad = Math.max(this.nPad, N_KV_PAD);
+    const pad = Math.max(this.nPad, this.windowPad);
     const used = Math.ceil(this.cells.usedMaxP1() / pad) * pad;
     return Math.min(this.size, Math.max(pad, used));
   }

@@ -31,6 +31,15 @@ export interface KvCacheOptions {
   nSeqMax?: number;
   /** Extra padding of the window (llama.cpp's n_pad, 1 by default; 256 always applies). */
   nPad?: number;
+  /**
+   * The attended window is the used extent padded to a multiple of this
+   * (with nPad). Default 256, llama.cpp's. Any multiple of 64 gives the
+   * same bits on the CPU kernels: the padding cells are masked, so they add
+   * exact zeros to softmax sums and to KQV lanes whose places do not move
+   * (64 is a whole step of every vec_dot and soft_max order); a smaller
+   * window only computes fewer of them.
+   */
+  windowPad?: number;
   /** Sliding window size (0: none). */
   nSwa?: number;
   /** Sliding window kind. Default NONE. */

@@ -65,10 +65,21 @@ export interface ContextMemory {
   readonly sched: Scheduler;
 }
 
+/** Backends whose kernels follow llama.cpp's CPU orders (see KvOptions.windowPad). */
+const WINDOW_64 = new Set(["cpu", "wasm"]);
+
 /** Measures, then allocates `model`'s memory and arenas for shape `o`; registered on `p.stack`. */
 export function allocateMemory(model: Model, o: MemoryShape, p: MemoryPlacement): ContextMemory {
   const hp = model.hparams;
   const nCtxSeq = o.nCtxSeq ?? o.nCtx;
+  // The CPU kernels (native or wasm) give llama.cpp's bits at any window
+  // padded to 64 (KvOptions.windowPad): a short context's decode attends
+  // its used cells, not 256. Kept at llama.cpp's 256: other backends, flash
+  // attention (its split over KV chunks depends on the window) and taps
+  // (intermediates compared with llama.cpp's, shapes and all).
+  const windowPad = !o.flashAttn && !p.taps?.size && p.backends.every((b) => WINDOW_64.has(b.name))
+    ? 64
+    : undefined;
   const newKv = (pick: (layer: number) => Backend) =>
     model.arch.memory !== "kv" ? null : new KvCache({
       size: nCtxSeq,
@@ -82,6 +93,7 @@ export function allocateMemory(model: Model, o: MemoryShape, p: MemoryPlacement)
       // build_attn_mha's flash path reads V untransposed (llama.cpp's v_trans = !flash_attn).
       vTrans: !o.flashAttn,
       nSeqMax: o.nSeqMax,
+      windowPad,
       backend: pick,
     });
   // Recurrent models keep one state per sequence (llama.cpp sizes the
