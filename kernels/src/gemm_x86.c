@@ -78,9 +78,11 @@ tile_seq(const int RM, const int RN, int64_t n, float *s, size_t bs,
       __m512i xq[4];
       __m512 xd[4];
 #pragma GCC unroll 4
-      for (int r = 0; r < RM; r++) {
-        xq[r] = load_x2(XR(r), XR(r), i);
-        xd[r] = _mm512_set1_ps(_cvtsh_ss(x_scale(XR(r), i)));
+      for (int r = 0; r < RM; r++) { /* one row in both halves: one broadcast load */
+        const le_block_q8_0 *xb = (const le_block_q8_0 *)(const void *)XR(r) + i;
+        xq[r] = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->qs)),
+                                 _mm512_set1_epi8((char)0x80));
+        xd[r] = _mm512_set1_ps(_cvtsh_ss(xb->d));
       }
 #pragma GCC unroll 2
       for (int cp = 0; cp < RN / 2; cp++) {
