@@ -244,24 +244,28 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
    * per thread. Each unit taken costs an atomic on a line all threads
    * contend for, which on a small model's decode step cost more than the
    * work split (16-row units: ~1200 per tolstoy-6m token). */
+  /* One-column F16 products at AVX-512 go 16 rows at a time (le_f16_rows:
+   * vec_dot's chain per output, the 16 final reductions as one, the serial
+   * double leftovers of heads of 32 and KQV rows lane-parallel): attention,
+   * and weights with short rows (a small model's, cache-resident: 1.5x).
+   * Long weight rows streamed from memory keep one vec_dot per row, which
+   * read them ~10% faster (1.1B F16 matrices from DRAM, Zen 4: 33 vs 29-31
+   * GB/s). */
+  const int attention = a->ne[2] > 1 || a->ne[3] > 1;
+  const le_f16_rows_fn rows = !gt && !panel && !repacked && !direct && ne11 == 1 &&
+                                      t->type == LE_TYPE_F16 &&
+                                      (attention || K < 1024 || K % 64)
+                                  ? le_f16_rows()
+                                  : NULL;
   /* Decode attention with grouped KV heads (src0 broadcast over r2 query
    * heads, one column each): the r2 planes that share a K matrix are one
    * unit, and each K row meets their queries four at a time (le_f16_rows
    * at AVX-512, le_f16_dot4 at AVX2: vec_dot's chain per output, the row
    * read once). */
-  const le_vec_dot4_fn dot4 = !gt && !panel && !repacked && !direct && ne11 == 1 && r2 % 4 == 0 &&
-                                      t->type == LE_TYPE_F16
-                                  ? le_f16_dot4()
-                                  : NULL;
-  /* One-column F16 products at AVX-512 go 16 rows at a time (le_f16_rows:
-   * vec_dot's chain per output, the 16 final reductions as one, the serial
-   * double leftovers of heads of 32 and KQV rows lane-parallel), one to
-   * four query heads per row. */
-  const le_f16_rows_fn rows = !gt && !panel && !repacked && !direct && ne11 == 1 &&
-                                      t->type == LE_TYPE_F16
-                                  ? le_f16_rows()
-                                  : NULL;
-  const int64_t grp = dot4 ? r2 : 1; /* query planes per unit */
+  const int grouped = !gt && !panel && !repacked && !direct && ne11 == 1 && r2 % 4 == 0 &&
+                      t->type == LE_TYPE_F16 && (rows || le_f16_dot4());
+  const le_vec_dot4_fn dot4 = grouped && !rows ? le_f16_dot4() : NULL;
+  const int64_t grp = grouped ? r2 : 1; /* query planes per unit */
   const int64_t base = panel ? PANEL_ROWS : BLK_ROWS;
   const int64_t nbase = (M + base - 1) / base, planes = ne12 / grp * ne13;
   int64_t per = ne11 == 1 && !panel ? MV_BLOCKS : 1;
@@ -303,7 +307,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
                        (float *)(uintptr_t)d->data, (size_t)d->nb[1] / 4);
       continue;
     }
-    if (dot4) {
+    if (grouped) {
       for (int64_t g = 0; g < grp; g += 4) {
         const void *ys[4];
         float *outs[4];
