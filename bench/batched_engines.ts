@@ -185,7 +185,7 @@ async function runLevel(
   }, "warm");
   // And a generation-shaped step (one token per sequence, each with an output).
   await e.decode({
-    tokens: prompts.map((p) => p[w]),
+    tokens: prompts.map((p) => p[w % a.pp]), // any of its tokens (w = pp when pp <= 16)
     pos: prompts.map((_, j) => (j === 0 ? w : 0)),
     seqIds: [...Array(n).keys()],
     logits: new Array(n).fill(1),
