@@ -28,14 +28,13 @@ import { fillKqMask, type MaskOptions } from "./mask.ts";
 import { KvTensors } from "./tensors.ts";
 import { LayerStorage } from "./layers.ts";
 import { copyStream, streamBlocks } from "./streams.ts";
-import type { KvCacheOptions, SlotInfo, SlotUndo } from "./cache_types.ts";
+import { type KvCacheOptions, type SlotInfo, type SlotUndo, windowPadOf } from "./cache_types.ts";
 
 export { isMaskedSwa, SwaType } from "./swa.ts";
 export type { MaskOptions } from "./mask.ts";
 export type { KvCacheOptions, SlotInfo, SlotUndo } from "./cache_types.ts";
 
-/** llama.cpp pads the attended window to a multiple of this (get_n_kv). */
-export const N_KV_PAD = 256;
+export { N_KV_PAD } from "./cache_types.ts";
 
 type Regions = (il: number) => { k: BufferRef; v: BufferRef } | undefined;
 
@@ -63,7 +62,7 @@ export class KvCache implements Disposable {
   readonly vTrans: boolean;
   /** Highest sequence id + 1. */
   readonly nSeqMax: number;
-  /** Window padding (256 always applies). */
+  /** Extra window padding (llama.cpp's n_pad). */
   readonly nPad: number;
   /** The window's padding besides nPad (256 by default; see KvOptions.windowPad). */
   readonly windowPad: number;
@@ -94,10 +93,7 @@ export class KvCache implements Disposable {
     this.vTrans = o.vTrans ?? true;
     this.nSeqMax = o.nSeqMax ?? 1;
     this.nPad = o.nPad ?? 1;
-    this.windowPad = o.windowPad ?? N_KV_PAD;
-    if (!Number.isInteger(this.windowPad) || this.windowPad < 64 || this.windowPad % 64) {
-      throw new KvError(`KvCache: windowPad ${this.windowPad} must be a positive multiple of 64`);
-    }
+    this.windowPad = windowPadOf(o);
     this.nSwa = o.nSwa ?? 0;
     this.swaType = o.swaType ?? SwaType.NONE;
     if (this.size % this.nPad !== 0) {
@@ -484,9 +480,8 @@ export class KvCache implements Disposable {
   }
 
   /**
-   * Cells attention looks at: used extent padded to windowPad (256, as
-   * llama.cpp's get_n_kv, unless set lower; at least one pad), at most
-   * size; with streams, the most of the slot's streams.
+   * Cells attention looks at: used extent padded to windowPad (at least one
+   * pad), at most size; with streams, the most of the slot's streams.
    */
   nKv(slot?: SlotInfo | null): number {
     if (this.#streams) {

@@ -6,7 +6,7 @@
  * @module
  */
 import type { BufferAllocator } from "../ggml/memory.ts";
-import type { CellsSnapshot } from "./cells.ts";
+import { type CellsSnapshot, KvError } from "./cells.ts";
 import type { SwaType } from "./swa.ts";
 
 /** Options of {@link KvCache}. */
@@ -76,4 +76,16 @@ export interface SlotInfo {
 export interface SlotUndo {
   /** Per stream touched: the slot's cells and the search head before applyUbatch. */
   readonly parts: ReadonlyArray<{ stream: number; snap: CellsSnapshot; head: number }>;
+}
+
+/** llama.cpp pads the attended window to a multiple of this (get_n_kv). */
+export const N_KV_PAD = 256;
+
+/** `o.windowPad`, N_KV_PAD when absent, checked: a positive multiple of 64. */
+export function windowPadOf(o: KvCacheOptions): number {
+  const w = o.windowPad ?? N_KV_PAD;
+  if (!Number.isInteger(w) || w < 64 || w % 64) {
+    throw new KvError(`KvCache: windowPad ${w} must be a positive multiple of 64`);
+  }
+  return w;
 }
