@@ -53,7 +53,7 @@ const SHAPES: MulMatShape[] = [
   shape(F16, 36, 12, 4), // K % 8 != 0: vec_dot
   shape(F16, 768, 64, 1), // one column: vec_dot
   // Decode attention over grouped KV heads (one column per query head): four
-  // query heads per K row (le_f16_rows at AVX-512, le_f16_dot4 at AVX2), vec_dot's bits.
+  // query heads per K row (le_f16_rows: 16 rows at AVX-512, 8 at AVX2), vec_dot's bits.
   shape(F16, 64, 256, 1, 4, 16), // KQ: 4 query heads per KV head
   shape(F16, 1280, 64, 1, 2, 16), // KQV: 8 per KV head, K % 64 != 0 (leftovers)
   shape(F16, 100, 24, 1, 1, 8), // one KV head, K % 64 != 0

@@ -49,8 +49,6 @@ LE_TARGET_AVX2 static inline float hsum_hadd256(__m256 v) {
 
 /* dot of n elements of x (this type) with y (the type's vec_dot_type) */
 typedef void (*le_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
-/* four dots of one x with four y, each as the type's vec_dot computes it */
-typedef void (*le_vec_dot4_fn)(int64_t n, float *const s[4], const void *x, const void *const y[4]);
 typedef void (*le_to_float_fn)(const void *x, float *y, int64_t n);
 typedef void (*le_from_float_fn)(const float *x, void *y, int64_t n);
 
@@ -102,13 +100,11 @@ le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
 /* Whether the CPU has AVX-512 VNNI (core.c). */
 int le_cpu_vnni(void);
 #endif
-/* F16's le_vec_dot4_fn at the AVX2 level, or NULL (q_f16.c; AVX-512 takes le_f16_rows). */
-le_vec_dot4_fn le_f16_dot4(void);
 /* s[k][r] = F16 vec_dot of row r of x (rows bx bytes apart) with y[k], for
  * r < nrows and k < ny (1 or 4), each by vec_dot's chain. */
 typedef void (*le_f16_rows_fn)(int64_t n, int64_t nrows, const void *x, size_t bx, int ny,
                                const void *const *y, float *const *s);
-/* The F16 row kernel at the current SIMD level (AVX-512), or NULL (q_f16.c). */
+/* The F16 row kernel at the current SIMD level (AVX-512, AVX2), or NULL (f16_rows.c). */
 le_f16_rows_fn le_f16_rows(void);
 /* Built-in x86 tiles (gemm_x86.c), or NULL: at AVX-512, q8_0 in its
  * vec_dot order (needs VNNI); with tinyblas set, F32/F16 in llamafile

@@ -244,27 +244,27 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
    * per thread. Each unit taken costs an atomic on a line all threads
    * contend for, which on a small model's decode step cost more than the
    * work split (16-row units: ~1200 per tolstoy-6m token). */
-  /* One-column F16 products at AVX-512 go 16 rows at a time (le_f16_rows:
-   * vec_dot's chain per output, the 16 final reductions as one, the serial
-   * double leftovers of heads of 32 and KQV rows lane-parallel): attention,
-   * and weights with short rows (a small model's, cache-resident: 1.5x).
-   * Long weight rows streamed from memory keep one vec_dot per row, which
-   * read them ~10% faster (1.1B F16 matrices from DRAM, Zen 4: 33 vs 29-31
-   * GB/s). */
+  /* One-column F16 products several rows at a time (le_f16_rows, 16 rows
+   * at AVX-512, 8 at AVX2: vec_dot's chain per output, the rows' final
+   * reductions as one, the serial double leftovers lane-parallel). Where it
+   * pays, measured on Zen 4: at AVX-512 attention and weights with short
+   * rows (a small model's, cache-resident: 1.5x); long weight rows
+   * streamed from memory keep one vec_dot per row, which read them ~10%
+   * faster (1.1B F16 from DRAM: 33 vs 29-31 GB/s). At AVX2 grouped-KV
+   * decode (four query heads per row: 1.4x) and rows with leftovers
+   * (K % 32); one head per row is no faster there. */
   const int attention = a->ne[2] > 1 || a->ne[3] > 1;
+  const int want_rows = le_simd() == LE_SIMD_AVX512 ? attention || K < 1024 || K % 64
+                                                     : (attention && r2 % 4 == 0) || K % 32;
   const le_f16_rows_fn rows = !gt && !panel && !repacked && !direct && ne11 == 1 &&
-                                      t->type == LE_TYPE_F16 &&
-                                      (attention || K < 1024 || K % 64)
+                                      t->type == LE_TYPE_F16 && want_rows
                                   ? le_f16_rows()
                                   : NULL;
   /* Decode attention with grouped KV heads (src0 broadcast over r2 query
    * heads, one column each): the r2 planes that share a K matrix are one
    * unit, and each K row meets their queries four at a time (le_f16_rows
-   * at AVX-512, le_f16_dot4 at AVX2: vec_dot's chain per output, the row
-   * read once). */
-  const int grouped = !gt && !panel && !repacked && !direct && ne11 == 1 && r2 % 4 == 0 &&
-                      t->type == LE_TYPE_F16 && (rows || le_f16_dot4());
-  const le_vec_dot4_fn dot4 = grouped && !rows ? le_f16_dot4() : NULL;
+   * with four y: the row read once). */
+  const int grouped = rows && r2 % 4 == 0;
   const int64_t grp = grouped ? r2 : 1; /* query planes per unit */
   const int64_t base = panel ? PANEL_ROWS : BLK_ROWS;
   const int64_t nbase = (M + base - 1) / base, planes = ne12 / grp * ne13;
@@ -316,15 +316,8 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
           outs[k] = (float *)((char *)(uintptr_t)d->data + (i12 + g + k) * d->nb[2] +
                               i13 * d->nb[3]);
         }
-        if (rows) {
-          float *o4[4] = {outs[0] + ir0, outs[1] + ir0, outs[2] + ir0, outs[3] + ir0};
-          rows(K, ir1 - ir0, arow + ir0 * a->nb[1], (size_t)a->nb[1], 4, ys, o4);
-          continue;
-        }
-        for (int64_t i01 = ir0; i01 < ir1; i01++) {
-          float *s4[4] = {outs[0] + i01, outs[1] + i01, outs[2] + i01, outs[3] + i01};
-          dot4(K, s4, arow + i01 * a->nb[1], ys);
-        }
+        float *o4[4] = {outs[0] + ir0, outs[1] + ir0, outs[2] + ir0, outs[3] + ir0};
+        rows(K, ir1 - ir0, arow + ir0 * a->nb[1], (size_t)a->nb[1], 4, ys, o4);
       }
       continue;
     }

@@ -1,0 +1,277 @@
+/* F16 one-column products several rows at a time (mul_mat.c's rows
+ * path: attention, short weight rows), each output by ggml_vec_dot_f16's
+ * chain at the level: the rows' final reductions as one, the serial double
+ * leftovers lane-parallel over the rows (kernels/PARITY.md section 26). */
+#include <string.h>
+
+#include "le_internal.h"
+#include "reduce512.h"
+
+#if defined(LE_X86)
+/* In place: r[c] lane j = r[j] lane c, for a 16 x 16 block of floats. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) { /* lane L: pairs of rows at columns 4L, 4L+1 | 4L+2, 4L+3 */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) { /* r[i + c] lane L: rows i..i+3 at column 4L + c */
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) { /* 128-bit lanes: columns c and 8+c (or 4+c and 12+c) */
+    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+  }
+}
+
+/* dot_f16_avx512 of 16 rows x (xr[j]) with ny (1 or 4) y each, into
+ * s[k][j] for j < nr. Each row's vector part is its own chain (y widened
+ * once into yf when given: exact); the 16 rows' final reductions run as
+ * one (reduce16); the leftovers, which vec_dot adds one at a time in
+ * double (every element of a head of 32, up to 63 of a KQV row), go
+ * lane-parallel over the rows: the 16 rows' float products are transposed
+ * so that lane j of one double vector adds row j's products in row j's
+ * order. Same operations per output, so the same bits, without one
+ * latency-bound chain per dot. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+rows16_f16_avx512(const int ny, int64_t n, int nr, const uint16_t *const xr[16],
+                  const uint16_t *const *y, const float *yf, float *const *s) {
+  const int64_t np = n & ~(int64_t)63;
+  float red[4][16] = {{0}};
+  if (np) {
+    __m512 acc[4][16];
+    for (int j = 0; j < 16; j++) {
+      const uint16_t *x = xr[j];
+      __m512 a[4][4];
+#pragma GCC unroll 4
+      for (int k = 0; k < ny; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm512_setzero_ps();
+#define LD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define LY(k, i) (yf ? _mm512_loadu_ps(yf + (k) * n + (i)) : LD(y[k] + (i)))
+      for (int64_t i = 0; i < np; i += 64) {
+        const __m512 x0 = LD(x + i), x1 = LD(x + i + 16), x2 = LD(x + i + 32), x3 = LD(x + i + 48);
+#pragma GCC unroll 4
+        for (int k = 0; k < ny; k++) {
+          a[k][0] = _mm512_fmadd_ps(x0, LY(k, i), a[k][0]);
+          a[k][1] = _mm512_fmadd_ps(x1, LY(k, i + 16), a[k][1]);
+          a[k][2] = _mm512_fmadd_ps(x2, LY(k, i + 32), a[k][2]);
+          a[k][3] = _mm512_fmadd_ps(x3, LY(k, i + 48), a[k][3]);
+        }
+      }
+#undef LY
+#undef LD
+#pragma GCC unroll 4
+      for (int k = 0; k < ny; k++)
+        acc[k][RED_SLOT[j]] =
+            _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][2]), _mm512_add_ps(a[k][1], a[k][3]));
+    }
+    for (int k = 0; k < ny; k++) _mm512_storeu_ps(red[k], reduce16(acc[k]));
+  }
+  for (int k = 0; k < ny; k++) {
+    if (np == n) {
+      for (int j = 0; j < nr; j++) s[k][j] = red[k][j];
+      continue;
+    }
+    __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(red[k]));
+    __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(red[k] + 8));
+    for (int64_t i = np; i < n; i += 16) {
+      const int m = (int)LE_MIN(16, n - i);
+      const __mmask16 mk = (__mmask16)((1u << m) - 1);
+      const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, y[k] + i));
+      __m512 p[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; j++)
+        p[j] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, xr[j] + i)), yv);
+      transpose16(p);
+      for (int c = 0; c < m; c++) {
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(p[c])));
+        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p[c]), 1))));
+      }
+    }
+    float out[16];
+    _mm256_storeu_ps(out, _mm512_cvtpd_ps(lo));
+    _mm256_storeu_ps(out + 8, _mm512_cvtpd_ps(hi));
+    for (int j = 0; j < nr; j++) s[k][j] = out[j];
+  }
+}
+
+/* le_f16_rows_fn at AVX-512: groups of 16 rows (a short last group repeats
+ * its last row, whose extra results are dropped). */
+LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const void *vx, size_t bx,
+                                             int ny, const void *const *vy, float *const *s) {
+  const uint16_t *const *y = (const uint16_t *const *)vy;
+  /* y widened once (exact), so that each row converts only its own
+   * elements. Up to 16 KiB of it: a longer y (a KQV row over a deep
+   * window, four query heads) would push the streamed rows out of L1, and
+   * is read from f16 instead (same values). */
+  float yf[4096];
+  const int wide = ny * n <= 4096 && nrows > 16;
+  if (wide)
+    for (int k = 0; k < ny; k++) le_fp16_to_fp32_row(y[k], yf + k * n, n);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+    const int nr = (int)LE_MIN(16, nrows - r0);
+    const uint16_t *xr[16];
+    for (int j = 0; j < 16; j++)
+      xr[j] = (const uint16_t *)((const char *)vx + (size_t)(r0 + LE_MIN(j, nr - 1)) * bx);
+    float *o[4];
+    for (int k = 0; k < ny; k++) o[k] = s[k] + r0;
+    if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, wide ? yf : NULL, o);
+    else rows16_f16_avx512(1, n, nr, xr, y, wide ? yf : NULL, o);
+  }
+}
+
+/* AVX2 (llama.cpp's haswell order, vec_dot_f16 with steps of 32): the same
+ * idea 8 rows at a time. */
+
+/* In place: r[c] lane j = r[j] lane c, for an 8 x 8 block of floats. */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) { /* 128-bit half L: rows i, i+1 at columns 4L..4L+3 */
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) { /* u[i + c] half L: rows i..i+3 at column 4L + c */
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+/* GGML_F32x8_REDUCE's last steps (low + high half, then two hadds) of 8
+ * vectors at once, the same tree per lane. Output lane l is the reduction
+ * of a[RED8_SLOT[l]]; storing row j's vector at a[RED8_SLOT[j]] gives the
+ * rows in order. */
+static const int RED8_SLOT[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) __m256 reduce8(const __m256 a[8]) {
+  __m256 s[4];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; p++) /* halves: low + high of two vectors */
+    s[p] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * p], a[2 * p + 1], 0x20),
+                         _mm256_permute2f128_ps(a[2 * p], a[2 * p + 1], 0x31));
+  const __m256 h0 = _mm256_hadd_ps(s[0], s[1]), h1 = _mm256_hadd_ps(s[2], s[3]);
+  return _mm256_hadd_ps(h0, h1);
+}
+
+/* dot_f16_avx2 of 8 rows x (xr[j]) with ny (1 or 2) y each, into s[k][j]
+ * for j < nr: each row's chain over steps of 32 (y widened once into yf
+ * when given), the 8 reductions as one (reduce8), the leftovers
+ * lane-parallel in double (rows 0-3 and 4-7 in two vectors). */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+rows8_f16_avx2(const int ny, int64_t n, int nr, const uint16_t *const xr[8],
+               const uint16_t *const *y, const float *yf, float *const *s) {
+  const int64_t np = n & ~(int64_t)31;
+  float red[2][8] = {{0}};
+  if (np) {
+    __m256 acc[2][8];
+    for (int j = 0; j < 8; j++) {
+      const uint16_t *x = xr[j];
+      __m256 a[2][4];
+#pragma GCC unroll 2
+      for (int k = 0; k < ny; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm256_setzero_ps();
+#define LD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define LY(k, i) (yf ? _mm256_loadu_ps(yf + (k) * n + (i)) : LD(y[k] + (i)))
+      for (int64_t i = 0; i < np; i += 32) {
+        const __m256 x0 = LD(x + i), x1 = LD(x + i + 8), x2 = LD(x + i + 16), x3 = LD(x + i + 24);
+#pragma GCC unroll 2
+        for (int k = 0; k < ny; k++) {
+          a[k][0] = _mm256_fmadd_ps(x0, LY(k, i), a[k][0]);
+          a[k][1] = _mm256_fmadd_ps(x1, LY(k, i + 8), a[k][1]);
+          a[k][2] = _mm256_fmadd_ps(x2, LY(k, i + 16), a[k][2]);
+          a[k][3] = _mm256_fmadd_ps(x3, LY(k, i + 24), a[k][3]);
+        }
+      }
+#undef LY
+#undef LD
+#pragma GCC unroll 2
+      for (int k = 0; k < ny; k++)
+        acc[k][RED8_SLOT[j]] =
+            _mm256_add_ps(_mm256_add_ps(a[k][0], a[k][2]), _mm256_add_ps(a[k][1], a[k][3]));
+    }
+    for (int k = 0; k < ny; k++) _mm256_storeu_ps(red[k], reduce8(acc[k]));
+  }
+  for (int k = 0; k < ny; k++) {
+    if (np == n) {
+      for (int j = 0; j < nr; j++) s[k][j] = red[k][j];
+      continue;
+    }
+    __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(red[k])), hi = _mm256_cvtps_pd(_mm_loadu_ps(red[k] + 4));
+    int64_t i = np;
+    for (; i + 8 <= n; i += 8) { /* whole chunks of 8, lane-parallel */
+      const __m256 yv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y[k] + i)));
+      __m256 p[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j++)
+        p[j] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xr[j] + i))), yv);
+      transpose8(p);
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; c++) {
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(p[c])));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(p[c], 1)));
+      }
+    }
+    double sum[8]; /* the last few elements row by row (AVX2 has no masked 16-bit loads) */
+    _mm256_storeu_pd(sum, lo);
+    _mm256_storeu_pd(sum + 4, hi);
+    for (int j = 0; j < nr; j++) {
+      for (int64_t e = i; e < n; e++) sum[j] += (double)(_cvtsh_ss(xr[j][e]) * _cvtsh_ss(y[k][e]));
+      s[k][j] = (float)sum[j];
+    }
+  }
+}
+
+/* le_f16_rows_fn at AVX2: groups of 8 rows (a short last group repeats its
+ * last row), two y at a time (four would spill AVX2's 16 registers). */
+LE_TARGET_AVX2 static void rows_f16_avx2(int64_t n, int64_t nrows, const void *vx, size_t bx,
+                                         int ny, const void *const *vy, float *const *s) {
+  const uint16_t *const *y = (const uint16_t *const *)vy;
+  float yf[4096]; /* y widened once, as at AVX-512 */
+  const int wide = ny * n <= 4096 && nrows > 8;
+  if (wide)
+    for (int k = 0; k < ny; k++) le_fp16_to_fp32_row(y[k], yf + k * n, n);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    const int nr = (int)LE_MIN(8, nrows - r0);
+    const uint16_t *xr[8];
+    for (int j = 0; j < 8; j++)
+      xr[j] = (const uint16_t *)((const char *)vx + (size_t)(r0 + LE_MIN(j, nr - 1)) * bx);
+    for (int k0 = 0; k0 < ny; k0 += 2) {
+      const int nk = LE_MIN(2, ny - k0);
+      float *o[2] = {s[k0] + r0, nk > 1 ? s[k0 + 1] + r0 : NULL};
+      const float *yk = wide ? yf + k0 * n : NULL;
+      if (nk == 2) rows8_f16_avx2(2, n, nr, xr, y + k0, yk, o);
+      else rows8_f16_avx2(1, n, nr, xr, y + k0, yk, o);
+    }
+  }
+}
+#endif
+
+le_f16_rows_fn le_f16_rows(void) {
+#if defined(LE_X86)
+  if (le_simd() == LE_SIMD_AVX512) return rows_f16_avx512;
+  if (le_simd() == LE_SIMD_AVX2) return rows_f16_avx2;
+#endif
+  return NULL;
+}
