@@ -118,11 +118,16 @@ async function timeRuns(e: Driver, s: Spec, reps: number): Promise<{ pp: number[
     e.clear();
     for (let i = 0; i < fill.length; i += s.pp) await e.decode(fill.slice(i, i + s.pp));
   };
-  // Warm-up, as llama-bench's: one prompt batch and one generation step, so
-  // neither engine's timed runs pay for first-use work (graph shapes, repacking).
+  // Warm-up, untimed, the same for both engines: one prompt batch and one
+  // whole generation run, so neither engine's timed runs pay for first-use
+  // work (graph shapes, repacking, and for ours the JIT: a fresh process's
+  // first tolstoy-6m tg128 took ~100 ms against ~55 warm, at 2 threads on
+  // Zen 4). llama-bench warms with one generation step but then times its
+  // repetitions in the same process; here each repetition is a fresh child,
+  // so a cold first generation is not in these figures.
   await refill();
   await e.decode(prompt);
-  if (gen.length) await e.decode([gen[0]]);
+  for (const id of gen) await e.decode([id]);
   const pp: number[] = [], tg: number[] = [];
   for (let r = 0; r < reps; r++) {
     await refill();
