@@ -18,25 +18,8 @@
 #include "reduce512.h"
 
 #if defined(LE_X86)
-#include <cpuid.h>
-
 #define LE_TARGET_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-
-static int vnni_state = -1;
-
-static int has_vnni(void) {
-  if (vnni_state < 0) {
-    unsigned a, b, c, d;
-    int ok = 0;
-    if (__get_cpuid_max(0, NULL) >= 7) {
-      __cpuid_count(7, 0, a, b, c, d);
-      ok = (c >> 11) & 1;
-    }
-    vnni_state = ok;
-  }
-  return vnni_state;
-}
 
 LE_TARGET_VNNI static inline __m512 pair_scale(uint16_t d0, uint16_t d1) {
   return le_join_ps256(_mm256_set1_ps(_cvtsh_ss(d0)), _mm256_set1_ps(_cvtsh_ss(d1)));
@@ -317,7 +300,7 @@ const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas) {
   if (le_simd() != LE_SIMD_AVX512) return NULL;
   if (tinyblas && type == LE_TYPE_F16) return &sgemm_f16;
   if (tinyblas && type == LE_TYPE_F32) return &sgemm_f32;
-  if (!has_vnni()) return NULL;
+  if (!le_cpu_vnni()) return NULL;
   /* Only when q8_0's AVX-512 dot is ggml's 8-lane AVX2 form (llama.cpp's
    * order, also tinyBLAS_Q0_AVX's for N >= 2) do these tiles give its bits. */
   const le_type_traits *t = le_traits(type);

@@ -104,8 +104,10 @@ int le_cpu_vnni(void);
  * r < nrows and k < ny (1 or 4), each by vec_dot's chain. */
 typedef void (*le_f16_rows_fn)(int64_t n, int64_t nrows, const void *x, size_t bx, int ny,
                                const void *const *y, float *const *s);
-/* The F16 row kernel at the current SIMD level (AVX-512, AVX2), or NULL (f16_rows.c). */
-le_f16_rows_fn le_f16_rows(void);
+/* The F16 row kernel at the current SIMD level (AVX-512, AVX2) for dots of
+ * n elements (attention: src0 has several planes; grouped: four query
+ * heads per row), or NULL where one vec_dot per row is as fast (f16_rows.c). */
+le_f16_rows_fn le_f16_rows(int64_t n, int attention, int grouped);
 /* Built-in x86 tiles (gemm_x86.c), or NULL: at AVX-512, q8_0 in its
  * vec_dot order (needs VNNI); with tinyblas set, F32/F16 in llamafile
  * tinyBLAS order at AVX-512 and AVX2 (for N >= 2, K % le_tinyblas_kn() == 0,

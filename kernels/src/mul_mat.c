@@ -244,21 +244,13 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
    * per thread. Each unit taken costs an atomic on a line all threads
    * contend for, which on a small model's decode step cost more than the
    * work split (16-row units: ~1200 per tolstoy-6m token). */
-  /* One-column F16 products several rows at a time (le_f16_rows, 16 rows
-   * at AVX-512, 8 at AVX2: vec_dot's chain per output, the rows' final
-   * reductions as one, the serial double leftovers lane-parallel). Where it
-   * pays, measured on Zen 4: at AVX-512 attention and weights with short
-   * rows (a small model's, cache-resident: 1.5x); long weight rows
-   * streamed from memory keep one vec_dot per row, which read them ~10%
-   * faster (1.1B F16 from DRAM: 33 vs 29-31 GB/s). At AVX2 grouped-KV
-   * decode (four query heads per row: 1.4x) and rows with leftovers
-   * (K % 32); one head per row is no faster there. */
-  const int attention = a->ne[2] > 1 || a->ne[3] > 1;
-  const int want_rows = le_simd() == LE_SIMD_AVX512 ? attention || K < 1024 || K % 64
-                                                     : (attention && r2 % 4 == 0) || K % 32;
+  /* One-column F16 products several rows at a time where that pays
+   * (le_f16_rows, 16 rows at AVX-512, 8 at AVX2: vec_dot's chain per
+   * output, the rows' final reductions as one, the serial double leftovers
+   * lane-parallel). */
   const le_f16_rows_fn rows = !gt && !panel && !repacked && !direct && ne11 == 1 &&
-                                      t->type == LE_TYPE_F16 && want_rows
-                                  ? le_f16_rows()
+                                      t->type == LE_TYPE_F16
+                                  ? le_f16_rows(K, a->ne[2] > 1 || a->ne[3] > 1, r2 % 4 == 0)
                                   : NULL;
   /* Decode attention with grouped KV heads (src0 broadcast over r2 query
    * heads, one column each): the r2 planes that share a K matrix are one
@@ -310,13 +302,12 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
     if (grouped) {
       for (int64_t g = 0; g < grp; g += 4) {
         const void *ys[4];
-        float *outs[4];
+        float *o4[4];
         for (int k = 0; k < 4; k++) {
           ys[k] = wdata + (size_t)((i13 * ne12 + i12 + g + k) * ne11) * vrow;
-          outs[k] = (float *)((char *)(uintptr_t)d->data + (i12 + g + k) * d->nb[2] +
-                              i13 * d->nb[3]);
+          o4[k] = (float *)((char *)(uintptr_t)d->data + (i12 + g + k) * d->nb[2] +
+                            i13 * d->nb[3]) + ir0;
         }
-        float *o4[4] = {outs[0] + ir0, outs[1] + ir0, outs[2] + ir0, outs[3] + ir0};
         rows(K, ir1 - ir0, arow + ir0 * a->nb[1], (size_t)a->nb[1], 4, ys, o4);
       }
       continue;

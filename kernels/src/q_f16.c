@@ -113,7 +113,6 @@ LE_TARGET_AVX512 static void dot_f16_avx512(int64_t n, float *s, const void *vx,
 }
 #endif
 
-
 #if defined(LE_NEON)
 static void dot_f16_neon(int64_t n, float *s, const void *vx, const void *vy) {
   const __fp16 *x = vx, *y = vy;

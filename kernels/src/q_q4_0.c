@@ -226,7 +226,7 @@ static const uint8_t q4_ix_d[64] __attribute__((aligned(64))) = {
 static int q4_vnni_state = -1;
 static int q4_has_vnni(void) {
   if (q4_vnni_state < 0)
-    q4_vnni_state = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+    q4_vnni_state = le_cpu_vnni() && __builtin_cpu_supports("avx512vbmi");
   return q4_vnni_state;
 }
 

@@ -193,6 +193,11 @@ export class CpuBackend implements Backend {
    * not twice, as ggml-alloc does.
    */
   readonly inPlaceOps: ReadonlySet<Op> = new Set([Op.SOFT_MAX]);
+  /**
+   * Every vec_dot and soft_max order of these kernels steps through a KV
+   * window in whole chunks of 64 at most (kernels/PARITY.md section 27).
+   */
+  readonly kvWindowPad = 64;
   /** Threads the native pool runs with. */
   readonly threads: number;
   readonly #s: NativeState;

@@ -59,6 +59,12 @@ export interface Backend extends Disposable {
    */
   readonly inPlaceOps?: ReadonlySet<Op>;
   /**
+   * The smallest multiple of 64 the attended KV window may be padded to
+   * with this backend's kernels still giving llama.cpp's bits (unfused
+   * attention; see KvCacheOptions.windowPad). Absent: llama.cpp's 256.
+   */
+  readonly kvWindowPad?: number;
+  /**
    * A zero-filled buffer of `size` bytes, aligned to at least 64. Others
    * move bytes in and out of it only through its {@link BufferIO} (see
    * lib/ggml/memory.ts), so the memory need not be host-addressable.

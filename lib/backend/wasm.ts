@@ -113,6 +113,8 @@ export class WasmBackend implements Backend {
   readonly name = "wasm";
   /** As the CPU backend's (the same kernels): SOFT_MAX writes over its scores. */
   readonly inPlaceOps: ReadonlySet<Op> = new Set([Op.SOFT_MAX]);
+  /** As the CPU backend's (the same kernels). */
+  readonly kvWindowPad = 64;
   /** Always 1. */
   readonly threads = 1;
   /** The instance the kernels run in. */

@@ -29,7 +29,7 @@ export interface KvCacheOptions {
   vTrans?: boolean;
   /** Highest sequence id + 1. Default 1. */
   nSeqMax?: number;
-  /** Extra padding of the window (llama.cpp's n_pad, 1 by default; 256 always applies). */
+  /** Extra padding of the window (llama.cpp's n_pad, 1 by default; windowPad applies too). */
   nPad?: number;
   /**
    * The attended window is the used extent padded to a multiple of this

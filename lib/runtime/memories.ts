@@ -12,7 +12,7 @@ import type { Backend } from "../backend/types.ts";
 import type { Graph } from "../graph/graph.ts";
 import type { Tensor } from "../graph/tensor.ts";
 import { GGMLType } from "../ggml/types.ts";
-import { KvCache } from "../kv/cache.ts";
+import { KvCache, N_KV_PAD } from "../kv/cache.ts";
 import { RecurrentMemory } from "../kv/recurrent.ts";
 import type { Model } from "../model/model.ts";
 import { Scheduler } from "../sched/scheduler.ts";
@@ -65,21 +65,19 @@ export interface ContextMemory {
   readonly sched: Scheduler;
 }
 
-/** Backends whose kernels follow llama.cpp's CPU orders (see KvOptions.windowPad). */
-const WINDOW_64 = new Set(["cpu", "wasm"]);
-
 /** Measures, then allocates `model`'s memory and arenas for shape `o`; registered on `p.stack`. */
 export function allocateMemory(model: Model, o: MemoryShape, p: MemoryPlacement): ContextMemory {
   const hp = model.hparams;
   const nCtxSeq = o.nCtxSeq ?? o.nCtx;
-  // The CPU kernels (native or wasm) give llama.cpp's bits at any window
-  // padded to 64 (KvOptions.windowPad): a short context's decode attends
-  // its used cells, not 256. Kept at llama.cpp's 256: other backends, flash
-  // attention (its split over KV chunks depends on the window) and taps
-  // (intermediates compared with llama.cpp's, shapes and all).
-  const windowPad = !o.flashAttn && !p.taps?.size && p.backends.every((b) => WINDOW_64.has(b.name))
-    ? 64
-    : undefined;
+  // The window padded as little as every backend's kernels allow with
+  // llama.cpp's bits (Backend.kvWindowPad: 64 on the CPU and wasm): a short
+  // context's decode attends its used cells, not 256. Kept at llama.cpp's
+  // 256 with flash attention (its split over KV chunks depends on the
+  // window) and with taps (intermediates compared with llama.cpp's, shapes
+  // and all).
+  const windowPad = o.flashAttn || p.taps?.size
+    ? undefined
+    : Math.max(...p.backends.map((b) => b.kvWindowPad ?? N_KV_PAD));
   const newKv = (pick: (layer: number) => Backend) =>
     model.arch.memory !== "kv" ? null : new KvCache({
       size: nCtxSeq,

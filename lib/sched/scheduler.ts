@@ -565,7 +565,7 @@ const execSrc = execSources;
  * shape and contiguous strides.
  */
 function sameBlock(n: Tensor, src: Tensor): boolean {
-  if (src.kind !== "op" || src.viewSrc || src.data || src.root !== src) return false;
+  if (src.kind !== "op" || src.viewSrc) return false;
   if (src.type !== n.type || !src.isContiguous || !n.isContiguous) return false;
   for (let i = 0; i < 4; i++) if (src.ne[i] !== n.ne[i]) return false;
   return true;
