@@ -1,8 +1,11 @@
 /**
- * `deno run -A bench/wllama.ts [--model FILE] [-p 64] [-n 32] [--reps 3]`:
+ * `deno run -A bench/wllama.ts [--model FILE] [-p 64] [-n 32] [--reps 3] [--threads 1]`:
  * llm-edge's WebAssembly backend next to wllama (llama.cpp compiled to
- * WebAssembly, npm `@wllama/wllama`) in the same headless Chromium page, one
- * thread each, the same GGUF, repetitions interleaved, medians in tokens/s.
+ * WebAssembly, npm `@wllama/wllama`) in the same headless Chromium page, the
+ * same thread count each (default one), the same GGUF, repetitions
+ * interleaved, medians in tokens/s. With `--threads` above 1 the page is
+ * cross-origin isolated (COOP/COEP headers), so both can share memory with
+ * workers: ours loads llm_edge_mt.wasm, wllama its pthreads build.
  *
  * Ours: a browser bundle of mod.ts (`deno bundle --platform browser`),
  * `Model.fromBytes`, a prompt of `-p` tokens decoded in one call (pp), then
@@ -30,13 +33,14 @@ const { values: a } = parseArgs({
     pp: { type: "string", short: "p", default: "64" },
     tg: { type: "string", short: "n", default: "32" },
     reps: { type: "string", default: "3" },
+    threads: { type: "string", short: "t", default: "1" },
   },
 });
 // Absolute, so that "../" in the argument is not taken for a path escape
 // by the file server below (which refuses ".." in what it serves).
 const MODEL = resolve(a.model!);
-const P = Number(a.pp), N = Number(a.tg), REPS = Number(a.reps);
-for (const [k, v] of [["-p", P], ["-n", N], ["--reps", REPS]] as const) {
+const P = Number(a.pp), N = Number(a.tg), REPS = Number(a.reps), T = Number(a.threads);
+for (const [k, v] of [["-p", P], ["-n", N], ["--reps", REPS], ["--threads", T]] as const) {
   if (!Number.isInteger(v) || v < 1) {
     throw new Error(`bench/wllama: ${k} ${v} is not a whole number >= 1`);
   }
@@ -57,13 +61,13 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>bench</title>
 <script type="module">
 import { Context, Model } from "/pkg/mod.js";
 import { Wllama } from "/wllama/esm/index.js";
-const P = ${P}, N = ${N}, TEXT = ${JSON.stringify(TEXT)};
+const P = ${P}, N = ${N}, T = ${T}, TEXT = ${JSON.stringify(TEXT)};
 const bytes = new Uint8Array(await (await fetch("/model.gguf")).arrayBuffer());
 const model = await Model.fromBytes(bytes.slice());
 let ids = model.tokenizer.encode(TEXT.repeat(64), { addSpecial: true }).slice(0, P);
 const prompt = model.tokenizer.decode(ids.slice(1));
 globalThis.ours = async () => {
-  const ctx = await Context.create(model, { nCtx: 512, threads: 1 });
+  const ctx = await Context.create(model, { nCtx: 512, threads: T });
   try {
     let t0 = performance.now();
     let logits = (await ctx.decode(ids)).logits[0];
@@ -80,7 +84,8 @@ globalThis.ours = async () => {
   }
 };
 const w = new Wllama({ default: "/wllama/esm/wasm/wllama.wasm" }, { suppressNativeLog: true });
-await w.loadModel([new Blob([bytes])], { n_ctx: 512, n_threads: 1, n_gpu_layers: 0, flash_attn: false });
+await w.loadModel([new Blob([bytes])], { n_ctx: 512, n_threads: T, n_gpu_layers: 0, flash_attn: false });
+if (w.getNumThreads() !== T) throw new Error("wllama runs " + w.getNumThreads() + " threads, not " + T);
 globalThis.wllama = async () => {
   const r = await w.createCompletion({ prompt, max_tokens: N, temperature: 0, ignore_eos: true, cache_prompt: false });
   return { pp: r.timings.prompt_per_second, tg: r.timings.predicted_per_second, promptN: r.timings.prompt_n };
@@ -103,7 +108,16 @@ try {
   await run("npm", ["pack", WLLAMA, "--pack-destination", dir, "--silent"], dir);
   const tgz = [...Deno.readDirSync(dir)].find((e) => e.name.endsWith(".tgz"))!.name;
   await run("tar", ["xzf", tgz], dir);
-  const wasm = `${ROOT}build/wasm/llm_edge.wasm`;
+  const wasm = `${ROOT}build/wasm/llm_edge.wasm`, wasmMt = `${ROOT}build/wasm/llm_edge_mt.wasm`;
+  // More than one thread: every response makes the page cross-origin isolated.
+  const headers = (type: string): HeadersInit =>
+    T > 1
+      ? {
+        "content-type": type,
+        "cross-origin-opener-policy": "same-origin",
+        "cross-origin-embedder-policy": "require-corp",
+      }
+      : { "content-type": type };
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
     const path = new URL(req.url).pathname;
     const type = path.endsWith(".wasm")
@@ -117,15 +131,17 @@ try {
       ? `${dir}/mod.js`
       : path === "/dist/llm_edge.wasm"
       ? wasm
+      : path === "/dist/llm_edge_mt.wasm"
+      ? wasmMt
       : path === "/model.gguf"
       ? MODEL
       : path.startsWith("/wllama/")
       ? `${dir}/package/${path.slice(8)}`
       : undefined;
-    if (file === null) return new Response(PAGE, { headers: { "content-type": "text/html" } });
+    if (file === null) return new Response(PAGE, { headers: headers("text/html") });
     if (!file || file.includes("..")) return new Response("not found", { status: 404 });
     try {
-      return new Response(await Deno.readFile(file), { headers: { "content-type": type } });
+      return new Response(await Deno.readFile(file), { headers: headers(type) });
     } catch {
       return new Response("not found", { status: 404 });
     }
@@ -147,7 +163,8 @@ try {
       wllama: { pp: [], tg: [] },
     };
     console.log(
-      `# bench/wllama ${a.model}  pp ${P}  tg ${N}  reps ${REPS}  1 thread, headless Chromium; load ${load()}`,
+      `# bench/wllama ${a.model}  pp ${P}  tg ${N}  reps ${REPS}  ${T} thread(s), headless ` +
+        `Chromium; load ${load()}`,
     );
     for (let r = 0; r < REPS; r++) {
       for (const [name, fn] of [["llm-edge wasm", "ours"], ["wllama", "wllama"]] as const) {

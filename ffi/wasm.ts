@@ -5,10 +5,16 @@
  * isolate, shared by every WebAssembly backend and by the model files read
  * into its memory, so weights are read in place by the kernels.
  *
- * The module is wasm32 with SIMD128, single-threaded, built against
- * wasi-libc; of WASI it imports only the environment (LE_PROFILE at most), a clock,
- * fd_write (stderr, for LE_PROFILE-style prints) and proc_exit, stubbed
- * below: it sees no files and no network.
+ * The module is wasm32 with SIMD128, built against wasi-libc, in two builds:
+ * llm_edge.wasm, single-threaded, with a memory of its own, and
+ * llm_edge_mt.wasm, with atomics and an imported shared memory, whose
+ * contexts may run more threads on workers (ffi/wasm_workers.ts). The
+ * shared instance is the threaded one wherever the runtime can share
+ * memory with workers ({@linkcode wasmThreadsAvailable}); a context still
+ * runs one thread unless asked for more. Of WASI they import only the
+ * environment (LE_PROFILE at most), a clock, fd_write (stderr, for
+ * LE_PROFILE-style prints) and proc_exit, stubbed below: they see no files
+ * and no network.
  *
  * Nothing here runs at import time: the module is read and instantiated on
  * the first {@linkcode loadWasmKernels} call.
@@ -23,7 +29,7 @@ export const WASM32_MAX_BYTES = 4 * 1024 * 1024 * 1024;
 
 /** The exports of llm_edge.wasm: kernels/include/llm_edge.h with wasm32 types. */
 export interface WasmKernelExports {
-  /** The module's linear memory. */
+  /** The module's linear memory (undefined in the threaded build, which imports it). */
   readonly memory: WebAssembly.Memory;
   /** Runs the C constructors (a WASI reactor's entry point). */
   _initialize(): void;
@@ -43,6 +49,10 @@ export interface WasmKernelExports {
   le_quantize_row(type: number, src: number, dst: number, n: bigint): number;
   le_vec_dot(type: number, n: bigint, x: number, y: number, out: number): number;
 }
+
+/** Bytes of memory the threaded module is linked to start with (kernels/Makefile). */
+const MT_INITIAL_BYTES = 16 << 20;
+const PAGE = 65536;
 
 /** Raised when the WebAssembly kernels cannot be found, instantiated or fit in memory. */
 export class WasmKernelError extends Error {
@@ -80,31 +90,45 @@ export class WasmKernels {
   readonly exports: WasmKernelExports;
   /** Where the module was read from. */
   readonly path: string;
+  /** The compiled module (workers instantiate it again on the shared memory). */
+  readonly module: WebAssembly.Module;
+  /** Whether this is the threaded build: shared memory, contexts of more than one thread. */
+  readonly threaded: boolean;
+  readonly #memory: WebAssembly.Memory;
   #u8: Uint8Array;
 
-  /** Wraps an instance whose `_initialize` already ran. */
-  constructor(exports: WasmKernelExports, path: string) {
+  /**
+   * Wraps an instance whose `_initialize` already ran; `memory` is the one it
+   * imported (the threaded build's shared memory), else its own export.
+   */
+  constructor(
+    exports: WasmKernelExports,
+    path: string,
+    module: WebAssembly.Module,
+    memory?: WebAssembly.Memory,
+  ) {
     this.exports = exports;
     this.path = path;
-    this.#u8 = new Uint8Array(exports.memory.buffer);
+    this.module = module;
+    this.threaded = memory !== undefined;
+    this.#memory = memory ?? exports.memory;
+    this.#u8 = new Uint8Array(this.#memory.buffer);
   }
 
   /** The module memory. */
   get memory(): WebAssembly.Memory {
-    return this.exports.memory;
+    return this.#memory;
   }
 
   /** A view of the whole memory as it is now (growing detaches older views). */
   get u8(): Uint8Array {
-    if (this.#u8.buffer !== this.exports.memory.buffer) {
-      this.#u8 = new Uint8Array(this.exports.memory.buffer);
-    }
+    if (this.#u8.buffer !== this.#memory.buffer) this.#u8 = new Uint8Array(this.#memory.buffer);
     return this.#u8;
   }
 
   /** Bytes of memory the module has now. */
   get memoryBytes(): number {
-    return this.exports.memory.buffer.byteLength;
+    return this.#memory.buffer.byteLength;
   }
 
   /** The NUL-terminated string at `addr` (empty for 0). */
@@ -113,7 +137,7 @@ export class WasmKernels {
     const u8 = this.u8, a = addr >>> 0;
     let e = a;
     while (e < u8.length && u8[e] !== 0) e++;
-    return new TextDecoder().decode(u8.subarray(a, e));
+    return new TextDecoder().decode(u8.slice(a, e)); // a copy: decode refuses shared memory
   }
 
   /** le_last_error's text. */
@@ -149,14 +173,44 @@ function tooBig(what: string, size: number, used: number): string {
 
 /** The module's name in a published package's dist/ (`deno task build:dist`). */
 export const WASM_DIST_FILE = "llm_edge.wasm";
+/** The threaded module's name there. */
+export const WASM_MT_DIST_FILE = "llm_edge_mt.wasm";
 
 /**
- * Where the .wasm is looked for: `LLM_EDGE_WASM` (a path or URL), else in a
- * checkout build/wasm/llm_edge.wasm, falling back to dist/llm_edge.wasm;
- * in a package loaded over the network (JSR) its dist/llm_edge.wasm, fetched
- * from the same place as the code itself.
+ * Whether WebAssembly threads can run here: a shared `WebAssembly.Memory`
+ * can be made (in a browser only on a cross-origin isolated page, with
+ * COOP/COEP headers) and there are workers (Web Workers, or
+ * `node:worker_threads`). True in Deno. Probed, not guessed from globals.
  */
-export function wasmPath(root: string = REPO_ROOT): string {
+export function wasmThreadsAvailable(): boolean {
+  if (threadsProbe !== undefined) return threadsProbe;
+  let shared = false;
+  try {
+    new WebAssembly.Memory({ initial: 1, maximum: 1, shared: true });
+    shared = (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated !== false;
+  } catch {
+    // no shared memory here
+  }
+  const p = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
+  let nodeWorkers = false;
+  try {
+    nodeWorkers = typeof (p?.getBuiltinModule?.("node:worker_threads") as { Worker?: unknown })
+      ?.Worker === "function";
+  } catch {
+    // no such built-in
+  }
+  return threadsProbe = shared && (typeof globalThis.Worker === "function" || nodeWorkers);
+}
+let threadsProbe: boolean | undefined;
+
+/**
+ * Where the .wasm is looked for: `LLM_EDGE_WASM` (a path or URL, either
+ * build), else in a checkout build/wasm/llm_edge.wasm, falling back to
+ * dist/llm_edge.wasm; in a package loaded over the network (JSR) its
+ * dist/llm_edge.wasm, fetched from the same place as the code itself. With
+ * `threaded`, llm_edge_mt.wasm in the same places.
+ */
+export function wasmPath(root: string = REPO_ROOT, threaded = false): string {
   let env: string | undefined;
   try {
     env = (globalThis as { Deno?: typeof Deno }).Deno?.env.get("LLM_EDGE_WASM");
@@ -164,10 +218,9 @@ export function wasmPath(root: string = REPO_ROOT): string {
     // no env permission: the default path
   }
   if (env) return env;
-  if (!root.startsWith("/")) {
-    return new URL(`dist/${WASM_DIST_FILE}`, root.replace(/\/?$/, "/")).href;
-  }
-  const built = `${root}/build/wasm/llm_edge.wasm`, dist = `${root}/dist/${WASM_DIST_FILE}`;
+  const file = threaded ? WASM_MT_DIST_FILE : WASM_DIST_FILE;
+  if (!root.startsWith("/")) return new URL(`dist/${file}`, root.replace(/\/?$/, "/")).href;
+  const built = `${root}/build/wasm/${file}`, dist = `${root}/dist/${file}`;
   try {
     Deno.statSync(built);
     return built;
@@ -198,7 +251,7 @@ export interface LoadWasmOptions {
 export function loadWasmKernels(options: LoadWasmOptions = {}): Promise<WasmKernels> {
   if (options.source !== undefined) return instantiate(options.source);
   if (!shared) {
-    shared = instantiate(wasmPath());
+    shared = instantiate(wasmPath(REPO_ROOT, wasmThreadsAvailable()));
     shared.catch(() => (shared = undefined)); // a later call may find it built
   }
   return shared;
@@ -225,15 +278,25 @@ async function instantiate(source: string | Uint8Array): Promise<WasmKernels> {
     }
     return started.memory;
   };
-  let instance: WebAssembly.Instance;
+  let instance: WebAssembly.Instance, module: WebAssembly.Module;
+  let memory: WebAssembly.Memory | undefined; // the threaded build imports a shared one
   try {
-    const module = await WebAssembly.compile(bytes as Uint8Array<ArrayBuffer>);
-    instance = await WebAssembly.instantiate(module, { wasi_snapshot_preview1: wasiStubs(mem) });
+    module = await WebAssembly.compile(bytes as Uint8Array<ArrayBuffer>);
+    const imports: WebAssembly.Imports = { wasi_snapshot_preview1: wasiStubs(mem) };
+    if (WebAssembly.Module.imports(module).some((i) => i.kind === "memory")) {
+      memory = new WebAssembly.Memory({
+        initial: MT_INITIAL_BYTES / PAGE,
+        maximum: WASM32_MAX_BYTES / PAGE,
+        shared: true,
+      });
+      imports.env = { memory };
+    }
+    instance = await WebAssembly.instantiate(module, imports);
   } catch (e) {
     throw new WasmKernelError(`${path}: cannot instantiate: ${(e as Error).message}`);
   }
   const ex = instance.exports as unknown as WasmKernelExports;
-  started.memory = ex.memory;
+  started.memory = memory ?? ex.memory;
   ex._initialize();
   const abi = ex.le_abi_version();
   if (abi !== ABI_VERSION) {
@@ -241,7 +304,7 @@ async function instantiate(source: string | Uint8Array): Promise<WasmKernels> {
       `${path}: ABI version ${abi}, expected ${ABI_VERSION}; rebuild it: deno task build:wasm`,
     );
   }
-  return new WasmKernels(ex, path);
+  return new WasmKernels(ex, path, module, memory);
 }
 
 async function readModule(path: string): Promise<Uint8Array> {
@@ -308,7 +371,7 @@ function wasiStubs(mem: () => WebAssembly.Memory): Record<string, (...a: never[]
       let total = 0;
       for (let i = 0; i < n; i++) {
         const p = v.getUint32(iovs + 8 * i, true), len = v.getUint32(iovs + 8 * i + 4, true);
-        line += new TextDecoder().decode(new Uint8Array(mem().buffer, p, len));
+        line += new TextDecoder().decode(new Uint8Array(mem().buffer).slice(p, p + len));
         total += len;
       }
       const nl = line.lastIndexOf("\n");

@@ -1,6 +1,7 @@
 /**
- * `deno task build:wasm`: compiles build/wasm/llm_edge.wasm from
- * kernels/src with kernels/Makefile's `wasm` target (Debian's clang + lld
+ * `deno task build:wasm`: compiles build/wasm/llm_edge.wasm and its
+ * threaded build llm_edge_mt.wasm from kernels/src with kernels/Makefile's
+ * `wasm` target (Debian's clang + lld
  * for wasm32 with SIMD128, wasi-libc; incremental like `deno task build`).
  * A missing tool is named in a one-line error with the apt command that
  * installs it; {@linkcode wasmToolchain} tells tests whether to run.
@@ -74,8 +75,16 @@ export interface WasmBuildOptions {
   verbose?: boolean;
 }
 
-/** Builds the module; returns its path. Throws a one-line error naming a missing tool. */
-export async function buildWasm(options: WasmBuildOptions = {}): Promise<string> {
+/** The two modules {@linkcode buildWasm} makes. */
+export interface WasmModules {
+  /** llm_edge.wasm: one thread, a memory of its own. */
+  single: string;
+  /** llm_edge_mt.wasm: atomics, shared memory, threads on workers. */
+  threaded: string;
+}
+
+/** Builds both modules; returns their paths. Throws a one-line error naming a missing tool. */
+export async function buildWasm(options: WasmBuildOptions = {}): Promise<WasmModules> {
   if (!REPO_ROOT.startsWith("/")) {
     throw new Error(`cannot build ${REPO_ROOT}: the kernel sources must be on local disk`);
   }
@@ -95,13 +104,17 @@ export async function buildWasm(options: WasmBuildOptions = {}): Promise<string>
   const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
   if (!out.success) throw new Error(`WebAssembly build failed:\n${text}`);
   if (verbose && text.trim()) console.error(text.trim());
-  return `${buildDir}/wasm/llm_edge.wasm`;
+  return {
+    single: `${buildDir}/wasm/llm_edge.wasm`,
+    threaded: `${buildDir}/wasm/llm_edge_mt.wasm`,
+  };
 }
 
 if (import.meta.main) {
   try {
-    const path = await buildWasm();
-    console.log(`built ${path} (${Deno.statSync(path).size} bytes)`);
+    for (const path of Object.values(await buildWasm())) {
+      console.log(`built ${path} (${Deno.statSync(path).size} bytes)`);
+    }
   } catch (e) {
     console.error(`error: ${(e as Error).message}`);
     Deno.exit(1);

@@ -7,9 +7,10 @@
  * - linux-arm64: cross-compiled with Debian's `aarch64-linux-gnu-gcc`
  *   (NEON compiled for real) when that compiler is installed, else skipped
  *   with a message. `--require-arm64` makes its absence an error.
- * - `dist/llm_edge.wasm`: the WebAssembly kernels (ffi/wasm.ts fetches it
- *   from the package where FFI is unavailable) when the wasm toolchain is
- *   installed, else skipped with a message.
+ * - `dist/llm_edge.wasm` and `dist/llm_edge_mt.wasm`: the WebAssembly
+ *   kernels, single-threaded and threaded (ffi/wasm.ts fetches one from the
+ *   package where FFI is unavailable) when the wasm toolchain is installed,
+ *   else skipped with a message.
  *
  * Release: `deno task build:dist && deno publish`. dist/ is ignored by git
  * and published (deno.json `publish.exclude` un-ignores it), so the manifest
@@ -20,7 +21,7 @@
 import { fileURLToPath } from "node:url";
 import { buildNative, compilerAvailable } from "../ffi/build.ts";
 import { buildWasm, wasmToolchain } from "../ffi/wasm_build.ts";
-import { WASM_DIST_FILE } from "../ffi/wasm.ts";
+import { WASM_DIST_FILE, WASM_MT_DIST_FILE } from "../ffi/wasm.ts";
 import { sha256Hex } from "../ffi/integrity.ts";
 import type { DistManifest, SourceEntry } from "../ffi/manifest.ts";
 import { LIB_NAME } from "../ffi/platform.ts";
@@ -102,10 +103,14 @@ if (import.meta.main) {
     const tc = wasmToolchain();
     if (tc.ok) {
       const wasm = await buildWasm({ buildDir: `${work}/wasm`, verbose: false });
-      await Deno.copyFile(wasm, `${ROOT}/dist/${WASM_DIST_FILE}`);
-      console.log(`dist/${WASM_DIST_FILE}  ${Deno.statSync(wasm).size} bytes`);
+      for (
+        const [src, file] of [[wasm.single, WASM_DIST_FILE], [wasm.threaded, WASM_MT_DIST_FILE]]
+      ) {
+        await Deno.copyFile(src, `${ROOT}/dist/${file}`);
+        console.log(`dist/${file}  ${Deno.statSync(src).size} bytes`);
+      }
     } else {
-      console.log(`dist/${WASM_DIST_FILE} skipped: ${tc.reason}`);
+      console.log(`dist/${WASM_DIST_FILE} and ${WASM_MT_DIST_FILE} skipped: ${tc.reason}`);
     }
     console.log(`dist/manifest.json: ${m.sources.length} kernel sources`);
   } finally {

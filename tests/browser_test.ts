@@ -3,6 +3,9 @@
 // loads tolstoy-6m with Model.fromBytes(fetch(...)) and generates 16 greedy
 // tokens on the wasm backend; they must equal the CPU backend's in this
 // process (up to the CPU's first near tie, as tests/wasm_generate_test.ts).
+// Twice: a plain page (no shared memory: llm_edge.wasm, one thread), and a
+// cross-origin isolated one (COOP/COEP headers) asking for 2 threads, which
+// loads llm_edge_mt.wasm and runs the second thread on a Web Worker.
 // (A second test, run wherever the wasm toolchain is: Model.fromBytes's errors
 // and its model's own choice of the wasm backend even where FFI is granted.)
 // Installs nothing: skipped, naming what is missing, without
@@ -17,7 +20,8 @@ import { GGUFError } from "../lib/gguf/error.ts";
 import { Context } from "../lib/runtime/context.ts";
 import { NEAR_TIE } from "./oracle/oracle.ts";
 import { ourGreedy } from "./quant_util.ts";
-import { WASM_SKIP, wasmModulePath } from "./wasm_util.ts";
+import { WASM_SKIP, wasmModulePath, wasmModules } from "./wasm_util.ts";
+import type { WasmModules } from "../ffi/wasm_build.ts";
 import { CHROMIUM, launchChromium } from "./browser_util.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
@@ -45,12 +49,17 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>llm-edge</title>
 <script type="module">
 import { Context, generateText, Model } from "/pkg/mod.js";
 try {
+  const threads = Number(new URLSearchParams(location.search).get("threads") ?? 1);
   const model = await Model.fromBytes(await fetch("/model.gguf"));
-  const ctx = await Context.create(model, { nCtx: 256 });
+  const ctx = await Context.create(model, { nCtx: 256, threads });
   const r = await generateText(ctx, ${JSON.stringify(PROMPT)}, {
     maxTokens: ${N_GEN}, temperature: 0, ignoreEos: true,
   });
-  window.result = { backend: ctx.backendChoice, tokens: r.tokens, text: r.text };
+  window.result = {
+    backend: ctx.backendChoice, tokens: r.tokens, text: r.text,
+    isolated: crossOriginIsolated, threads: ctx.threads,
+    wasm: performance.getEntriesByType("resource").map((e) => e.name).filter((n) => n.endsWith(".wasm")),
+  };
   ctx[Symbol.dispose](); model[Symbol.dispose]();
 } catch (e) {
   window.result = { error: String(e && e.stack || e) };
@@ -75,31 +84,76 @@ async function bundle(dir: string): Promise<void> {
   assert.deepEqual(node, [], `the bundle imports ${node.join(", ")}`);
 }
 
-// The page, the bundle, the module and the model. The bundle's REPO_ROOT is
-// "../" of its own URL, so the wasm is looked for at /dist/llm_edge.wasm.
-function serve(dir: string, wasm: string): Deno.HttpServer<Deno.NetAddr> {
+// The page, the bundle, the modules and the model. The bundle's REPO_ROOT is
+// "../" of its own URL, so the wasm is looked for in /dist/. Under /coi/ every
+// response carries the headers that make the page cross-origin isolated.
+function serve(dir: string, wasm: WasmModules): Deno.HttpServer<Deno.NetAddr> {
   const files: Record<string, [string, string]> = {
     "/pkg/mod.js": [`${dir}/mod.js`, "text/javascript"],
-    "/dist/llm_edge.wasm": [wasm, "application/wasm"],
+    "/dist/llm_edge.wasm": [wasm.single, "application/wasm"],
+    "/dist/llm_edge_mt.wasm": [wasm.threaded, "application/wasm"],
     "/model.gguf": [MODEL, "application/octet-stream"],
   };
   return Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
-    const path = new URL(req.url).pathname;
-    if (path === "/") return new Response(PAGE, { headers: { "content-type": "text/html" } });
-    const f = files[path];
+    const url = new URL(req.url), referer = req.headers.get("referer") ?? "";
+    const isolated = url.pathname === "/coi/" || new URL(referer || url).pathname === "/coi/";
+    const headers = new Headers(
+      isolated
+        ? {
+          "cross-origin-opener-policy": "same-origin",
+          "cross-origin-embedder-policy": "require-corp",
+        }
+        : {},
+    );
+    if (url.pathname === "/" || url.pathname === "/coi/") {
+      headers.set("content-type", "text/html");
+      return new Response(PAGE, { headers });
+    }
+    const f = files[url.pathname];
     if (!f) return new Response("not found", { status: 404 });
-    return new Response(await Deno.readFile(f[0]), { headers: { "content-type": f[1] } });
+    headers.set("content-type", f[1]);
+    return new Response(await Deno.readFile(f[0]), { headers });
   });
 }
 
+type PageResult = {
+  backend?: unknown;
+  tokens?: number[];
+  text?: string;
+  isolated?: boolean;
+  threads?: number;
+  wasm?: string[];
+  error?: string;
+};
+
+async function runPage(
+  browser: Awaited<ReturnType<typeof launchChromium>>,
+  url: string,
+): Promise<PageResult> {
+  const tab = await browser.newPage();
+  const log: string[] = [];
+  tab.on("console", (m) => log.push(`${m.type()}: ${m.text()}`));
+  tab.on("pageerror", (e) => log.push(`pageerror: ${e.message}`));
+  await tab.goto(url, { timeout: PAGE_MS });
+  await tab.waitForFunction(() => (globalThis as { result?: unknown }).result, null, {
+    timeout: PAGE_MS,
+  }).catch((e) => {
+    throw new Error(`${(e as Error).message}\npage log:\n${log.join("\n")}`);
+  });
+  const r = await tab.evaluate(() => (globalThis as { result?: never }).result!);
+  await tab.close();
+  return r;
+}
+
 Deno.test({
-  name: `headless Chromium generates the cpu backend's greedy tokens (tolstoy-6m f16)${
-    skip ? ` (skipped: ${skip})` : ""
-  }`,
+  name: `headless Chromium generates the cpu backend's greedy tokens (tolstoy-6m f16), ` +
+    `at 1 thread and, cross-origin isolated, at 2 on a Web Worker${
+      skip ? ` (skipped: ${skip})` : ""
+    }`,
   ignore: skip !== undefined,
   sanitizeResources: false, // the native library (cpu backend) stays loaded for the process
   async fn() {
-    const wasm = await wasmModulePath();
+    const wasm = await wasmModules();
     const dir = await Deno.makeTempDir({ prefix: "llm-edge-browser-" });
     const server = serve(dir, wasm);
     try {
@@ -111,28 +165,29 @@ Deno.test({
       }
       const cpu = await ourGreedy(MODEL, prompt, N_GEN, { backend: "cpu", threads: 1 });
       const browser = await launchChromium(`${dir}/profile`, LAUNCH_MS);
-      let page: { backend?: unknown; tokens?: number[]; text?: string; error?: string };
+      const base = `http://127.0.0.1:${server.addr.port}`;
+      let page: PageResult, page2: PageResult;
       try {
-        const tab = await browser.newPage();
-        const log: string[] = [];
-        tab.on("console", (m) => log.push(`${m.type()}: ${m.text()}`));
-        tab.on("pageerror", (e) => log.push(`pageerror: ${e.message}`));
-        await tab.goto(`http://127.0.0.1:${server.addr.port}/`, { timeout: PAGE_MS });
-        await tab.waitForFunction(() => (globalThis as { result?: unknown }).result, null, {
-          timeout: PAGE_MS,
-        }).catch((e) => {
-          throw new Error(`${(e as Error).message}\npage log:\n${log.join("\n")}`);
-        });
-        page = await tab.evaluate(() => (globalThis as { result?: never }).result!);
+        page = await runPage(browser, `${base}/`);
+        page2 = await runPage(browser, `${base}/coi/?threads=2`);
       } finally {
         await browser.close();
       }
       assert.equal(page.error, undefined, `the page failed: ${page.error}`);
+      assert.equal(page2.error, undefined, `the isolated page failed: ${page2.error}`);
       assert.equal(page.backend, "wasm");
+      // 2 threads are refused on the single-threaded build: the isolated page's
+      // context ran them on llm_edge_mt.wasm
+      assert.deepEqual([page.isolated, page.wasm], [false, [`${base}/dist/llm_edge.wasm`]]);
+      assert.deepEqual(
+        [page2.isolated, page2.threads, page2.wasm],
+        [true, 2, [`${base}/dist/llm_edge_mt.wasm`]],
+      );
       let k = cpu.gaps.findIndex((g) => g < NEAR_TIE);
       if (k < 0) k = N_GEN;
       assert.ok(k >= 8, `the cpu backend has a near tie at step ${k}: too few steps compared`);
       assert.deepEqual(page.tokens!.slice(0, k), cpu.tokens.slice(0, k), `first ${k} tokens`);
+      assert.deepEqual(page2.tokens, page.tokens, "2 threads on a Web Worker differ from 1");
       console.log(
         `browser: ${k} of ${N_GEN} greedy tokens equal the cpu's: ${JSON.stringify(page.text)}`,
       );

@@ -12,8 +12,8 @@ import { loadLibrary } from "../ffi/library.ts";
 import { sha256Hex } from "../ffi/integrity.ts";
 import { LIB_NAME } from "../ffi/platform.ts";
 import { writeDist } from "../scripts/build_dist.ts";
-import { WASM_DIST_FILE } from "../ffi/wasm.ts";
-import { WASM_SKIP, wasmModulePath, wasmTestName } from "./wasm_util.ts";
+import { WASM_DIST_FILE, WASM_MT_DIST_FILE } from "../ffi/wasm.ts";
+import { WASM_SKIP, wasmModules, wasmTestName } from "./wasm_util.ts";
 import {
   DENO,
   denoJson,
@@ -75,7 +75,9 @@ const manifest = await writeDist({
 });
 // the WebAssembly kernels build:dist adds (where the wasm toolchain is installed)
 if (!WASM_SKIP) {
-  await Deno.copyFile(await wasmModulePath(), `${registry.pkgDir}/dist/${WASM_DIST_FILE}`);
+  const built = await wasmModules();
+  await Deno.copyFile(built.single, `${registry.pkgDir}/dist/${WASM_DIST_FILE}`);
+  await Deno.copyFile(built.threaded, `${registry.pkgDir}/dist/${WASM_MT_DIST_FILE}`);
 }
 await registry.writeMeta();
 const { server, url, hits } = serveRegistry(registry.dir);
@@ -259,7 +261,7 @@ Deno.test({
 
 Deno.test({
   name: wasmTestName(
-    "from the registry without --allow-ffi: the package's dist/llm_edge.wasm runs",
+    "from the registry without --allow-ffi: the package's dist/llm_edge_mt.wasm runs (Deno shares memory with workers)",
   ),
   ignore: WASM_SKIP !== undefined,
   async fn() {
@@ -269,8 +271,9 @@ Deno.test({
     });
     assert.ok(r.ok, r.stderr);
     assert.deepEqual(JSON.parse(r.stdout.trim().split("\n").at(-1)!), { text: expected });
-    const wasmUrl = `/${denoJson.name}/${denoJson.version}/dist/${WASM_DIST_FILE}`;
-    assert.equal(hits.get(wasmUrl), 1);
+    const dist = `/${denoJson.name}/${denoJson.version}/dist`;
+    assert.equal(hits.get(`${dist}/${WASM_MT_DIST_FILE}`), 1);
+    assert.equal(hits.get(`${dist}/${WASM_DIST_FILE}`), undefined);
   },
 });
 

@@ -57,8 +57,13 @@ async function child(args: string[]): Promise<unknown> {
   return JSON.parse(text.split("\n").at(-1)!);
 }
 
-function childTokens(path: string): Promise<{ backend: unknown; tokens: number[] }> {
-  return child([path, PROMPT, String(N_GEN)]) as Promise<{ backend: unknown; tokens: number[] }>;
+function childTokens(
+  path: string,
+  threads?: number,
+): Promise<{ backend: unknown; tokens: number[] }> {
+  return child([path, PROMPT, String(N_GEN), ...(threads ? [String(threads)] : [])]) as Promise<
+    { backend: unknown; tokens: number[] }
+  >;
 }
 
 /** Greedy decode on `backend` at one thread: tokens, the top-2 gap and logits per step. */
@@ -74,16 +79,20 @@ async function greedy(path: string, backend: "cpu" | "wasm", n: number) {
 for (const type of ["f16", "q8_0", "q4_0", "q4_k"]) {
   Deno.test({
     name: wasmTestName(
-      `wasm without --allow-ffi generates the cpu backend's greedy tokens (${type})`,
+      `wasm without --allow-ffi generates the cpu backend's greedy tokens, ` +
+        `at 1 thread and at 2 on workers (${type})`,
     ),
     ignore,
     async fn() {
       const { paths } = await models();
-      const [child, cpu] = await Promise.all([
+      const [child, child2, cpu] = await Promise.all([
         childTokens(paths[type]),
+        childTokens(paths[type], 2),
         greedy(paths[type], "cpu", N_GEN),
       ]);
       assert.equal(child.backend, "wasm", "the child did not pick the wasm backend by itself");
+      // the workers parked for good must not keep the process alive: it ended
+      assert.deepEqual(child2.tokens, child.tokens, `${type}: 2 threads differ from 1`);
       let k = cpu.gaps.findIndex((g) => g < NEAR_TIE);
       if (k < 0) k = N_GEN;
       assert.ok(

@@ -1,6 +1,7 @@
 // Child of tests/wasm_generate_test.ts, run with --allow-read only (no FFI):
 // greedy tokens of a model through mod.ts, printed as JSON; it must pick the
-// WebAssembly backend by itself. `handler MODEL PROMPT N` instead asks the
+// WebAssembly backend by itself (`MODEL PROMPT N [THREADS]`: with THREADS, a
+// context of that many threads, on workers). `handler MODEL PROMPT N` instead asks the
 // edge handler (createHandler) for a greedy completion and prints its text.
 import { Context, createHandler, generateText, Model } from "../mod.ts";
 
@@ -8,9 +9,12 @@ if (import.meta.main && Deno.args[0] === "handler") {
   const [, path, prompt, n] = Deno.args;
   console.log(JSON.stringify(await handlerCompletion(path, prompt, Number(n))));
 } else if (import.meta.main) {
-  const [path, prompt, n] = Deno.args;
+  const [path, prompt, n, threads] = Deno.args;
   using model = await Model.load(path);
-  using ctx = await Context.create(model, { nCtx: 256 });
+  using ctx = await Context.create(model, {
+    nCtx: 256,
+    ...(threads ? { threads: Number(threads) } : {}),
+  });
   const r = await generateText(ctx, prompt, {
     maxTokens: Number(n),
     temperature: 0,

@@ -3,8 +3,9 @@
 // for bit against the CPU backend at its scalar level (the same C, so the
 // same operation order; ROPE's sinf/cosf in wasm are glibc's algorithm,
 // kernels/src/third_party_arm_sincosf.c); the row helpers (quantize,
-// dequantize, vec_dot) for every type; memory growth, the 4 GiB limit and one
-// thread. Skipped, naming the missing tool, only where the wasm toolchain is
+// dequantize, vec_dot) for every type; memory growth, the 4 GiB limit and
+// threads. Both builds: llm_edge.wasm (one thread) and llm_edge_mt.wasm (the
+// shared instance in Deno) at 1 and 2 threads. Skipped, naming the missing tool, only where the wasm toolchain is
 // absent.
 import assert from "node:assert/strict";
 import { ReferenceBackend } from "../lib/backend/reference.ts";
@@ -15,11 +16,16 @@ import { Op } from "../lib/graph/ops.ts";
 import { bufferGet, bufferSet } from "../lib/ggml/memory.ts";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
-import { WASM32_MAX_BYTES, WasmKernelError, type WasmKernels } from "../ffi/wasm.ts";
+import {
+  loadWasmKernels,
+  WASM32_MAX_BYTES,
+  WasmKernelError,
+  type WasmKernels,
+} from "../ffi/wasm.ts";
 import { readFileIntoWasm } from "../lib/gguf/wasm_file.ts";
 import { buildCases, type Case, emptySpec, randomSpec, readDst, run } from "./ops_cases.ts";
 import { mulberry32 as rng } from "./rng.ts";
-import { WASM_SKIP, wasmKernels, wasmTestName } from "./wasm_util.ts";
+import { WASM_SKIP, wasmKernels, wasmModules, wasmTestName } from "./wasm_util.ts";
 
 const ignore = WASM_SKIP !== undefined;
 const CASES = buildCases();
@@ -36,21 +42,36 @@ function within(c: Case, got: number[], want: number[]): void {
 
 Deno.test({
   name: wasmTestName(
-    "wasm ops match the reference and the cpu scalar level bit for bit",
+    "wasm ops match the reference and the cpu scalar level bit for bit " +
+      "(single-threaded build; threaded build at 1 and 2 threads)",
   ),
   ignore,
   async fn() {
-    const kernels = await wasmKernels();
+    const mt = await wasmKernels();
+    assert.ok(mt.threaded, "Deno shares memory with workers: the shared instance is threaded");
+    const one = await loadWasmKernels({ source: (await wasmModules()).single });
+    assert.ok(!one.threaded);
     const lib = await loadLibrary();
-    using wasm = new WasmBackend(kernels);
+    using single = new WasmBackend(one);
+    using mt1 = new WasmBackend(mt);
+    using mt2 = await WasmBackend.create({ kernels: mt, threads: 2 });
+    assert.equal(mt2.threads, 2);
     const ref = new ReferenceBackend();
     using cpu = new CpuBackend({ threads: 1, library: lib });
+    // split flash attention's values depend on the thread count (kernels/PARITY.md)
+    using cpu2 = new CpuBackend({ threads: 2, library: lib });
     assert.equal(lib.symbols.le_set_simd_level(SimdLevel.SCALAR), SimdLevel.SCALAR);
     try {
       for (const c of CASES) {
-        const got = await run(wasm, c);
+        const got = await run(single, c);
         within(c, readDst(c, got), readDst(c, await run(ref, c)));
         assert.deepEqual(got, await run(cpu, c), `${c.name}: wasm differs from cpu scalar`);
+        assert.deepEqual(await run(mt1, c), got, `${c.name}: threaded build differs at 1 thread`);
+        assert.deepEqual(
+          await run(mt2, c),
+          await run(cpu2, c),
+          `${c.name}: threaded build at 2 threads differs from cpu scalar at 2`,
+        );
       }
     } finally {
       lib.symbols.le_set_simd_level(SimdLevel.BEST);
@@ -183,7 +204,9 @@ Deno.test({
 });
 
 Deno.test({
-  name: wasmTestName("wasm buffers survive memory growth; 4 GiB and threads are refused clearly"),
+  name: wasmTestName(
+    "wasm buffers survive memory growth; 4 GiB and threads the build cannot run are refused clearly",
+  ),
   ignore,
   async fn() {
     const k = await wasmKernels();
@@ -206,7 +229,49 @@ Deno.test({
         e instanceof WasmKernelError && e.message.includes(String(WASM32_MAX_BYTES + 1)) &&
         e.message.includes(String(WASM32_MAX_BYTES)),
     );
-    assert.throws(() => new WasmBackend(k, { threads: 2 }), /one thread/);
+    // more threads need the workers WasmBackend.create starts, and the threaded build
+    assert.throws(() => new WasmBackend(k, { threads: 2 }), /WasmBackend.create/);
+    const one = await loadWasmKernels({ source: (await wasmModules()).single });
+    await assert.rejects(
+      () => WasmBackend.create({ kernels: one, threads: 2 }),
+      /threads 2: .*llm_edge\.wasm is the single-threaded WebAssembly build; use threads: 1/,
+    );
+    await assert.rejects(() => WasmBackend.create({ kernels: k, threads: 0 }), /1\.\.64/);
+  },
+});
+
+Deno.test({
+  name: wasmTestName(
+    "wasm threads: contexts at once each hold their own workers, which serve later ones when freed",
+  ),
+  ignore,
+  async fn() {
+    const k = await wasmKernels();
+    const parked = () => (k.exports as unknown as { le_wasm_workers(): number }).le_wasm_workers();
+    const c = CASES.find((x) => x.name === "mul_mat 8 N=7")!;
+    const before = parked();
+    let want: Uint8Array;
+    {
+      using one = new WasmBackend(k);
+      want = await run(one, c);
+    }
+    {
+      const [a, b] = await Promise.all([
+        WasmBackend.create({ kernels: k, threads: 2 }),
+        WasmBackend.create({ kernels: k, threads: 3 }),
+      ]);
+      using _a = a, _b = b;
+      assert.ok(parked() >= 3, `${parked()} workers parked for 1 + 2 threads`);
+      assert.deepEqual(await run(a, c), want);
+      assert.deepEqual(await run(b, c), want);
+    }
+    const pool = parked();
+    {
+      using again = await WasmBackend.create({ kernels: k, threads: 3 });
+      assert.deepEqual(await run(again, c), want);
+    }
+    assert.equal(parked(), pool, "freed workers were not reused");
+    assert.ok(pool >= before);
   },
 });
 

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { buildWasm, wasmToolchain } from "../ffi/wasm_build.ts";
+import { buildWasm, type WasmModules, wasmToolchain } from "../ffi/wasm_build.ts";
 import { loadWasmKernels, type WasmKernels } from "../ffi/wasm.ts";
 
 const tc = wasmToolchain();
@@ -18,15 +18,20 @@ export function wasmTestName(name: string): string {
   return WASM_SKIP ? `${name} (skipped: ${WASM_SKIP})` : name;
 }
 
-let built: Promise<string> | undefined;
+let built: Promise<WasmModules> | undefined;
 
-/** Builds build/wasm/llm_edge.wasm (incremental) once; its path. */
-export function wasmModulePath(): Promise<string> {
+/** Builds build/wasm/llm_edge{,_mt}.wasm (incremental) once; their paths. */
+export function wasmModules(): Promise<WasmModules> {
   built ??= buildWasm({ verbose: false });
   return built;
 }
 
-/** The shared instance, after building the module. */
+/** Builds both modules once; the single-threaded one's path. */
+export async function wasmModulePath(): Promise<string> {
+  return (await wasmModules()).single;
+}
+
+/** The shared instance (the threaded build in Deno), after building the modules. */
 export async function wasmKernels(): Promise<WasmKernels> {
   await wasmModulePath();
   return await loadWasmKernels();

@@ -28,6 +28,8 @@
 #if defined(__wasm__) && !defined(__wasm_atomics__)
 #define LE_NO_THREADS 1 /* one thread only: see le_nothreads.h */
 #include "le_nothreads.h"
+#elif defined(__wasm__)
+#include "le_wasm_threads.h" /* host workers: see wasm_threads.c */
 #else
 #include <pthread.h>
 #include <sched.h>
@@ -297,7 +299,7 @@ static void *le_worker_main(void *arg) {
   le_worker *w = arg;
   le_ctx *ctx = w->ctx;
   int seen = 0;
-#if defined(__linux__) && !defined(LE_NO_THREADS)
+#if defined(__linux__) && !defined(__wasm__)
   /* A name of our own: tools and tests tell the pools' workers from the
    * runtime's threads (which would otherwise share the main thread's name). */
   pthread_setname_np(pthread_self(), "le-worker");

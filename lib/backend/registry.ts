@@ -4,7 +4,8 @@
  * Built in: "cpu" (the native kernels), "ref" (the TypeScript reference),
  * "cuda" (kernels/cuda; opening it fails with a one-line error where no
  * device is usable) and "wasm" (the kernels compiled to WebAssembly, for
- * runtimes without FFI; one thread, whatever `threads` says).
+ * runtimes without FFI; `threads` as asked where workers can share its
+ * memory, else only 1: see lib/backend/wasm.ts).
  * A backend living elsewhere (a GPU one, a test double) registers a factory
  * under its own name.
  *
@@ -29,8 +30,7 @@ const BUILTIN = new Map<string, BackendFactory>([
   ["cpu", (o) => CpuBackend.create({ threads: o.threads })],
   ["ref", () => Promise.resolve(new ReferenceBackend())],
   ["cuda", () => CudaBackend.create()],
-  // `threads` is the CPU's setting: a script written for it runs unchanged here.
-  ["wasm", () => WasmBackend.create()],
+  ["wasm", (o) => WasmBackend.create({ threads: o.threads })],
 ]);
 
 const factories = new Map<string, BackendFactory>(BUILTIN);

@@ -2,7 +2,10 @@
  * The WebAssembly backend: the CPU backend's C kernels compiled to wasm32 +
  * SIMD128 (ffi/wasm.ts), for runtimes where `Deno.dlopen` is unavailable.
  * Same op table, same `le_node` command records, one exported
- * `le_graph_compute` call per compute; single-threaded. The kernels run
+ * `le_graph_compute` call per compute, on the caller's thread; one thread
+ * by default, more where the runtime shares memory with workers (the
+ * threaded build, ffi/wasm_workers.ts): the caller's thread is thread 0 and
+ * the others are parked workers, as in the CPU backend. The kernels run
  * their scalar level (the CPU backend's `SimdLevel.SCALAR`, llama.cpp's x64
  * variant), bit for bit: see kernels/PARITY.md.
  *
@@ -26,7 +29,13 @@ import { LinearMemoryBuffer } from "../ggml/linear_memory.ts";
 import { ggmlTypeInfo } from "../ggml/types.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
 import { checkAllRowIds, validateNode } from "./validate.ts";
-import { loadWasmKernels, WasmKernelError, type WasmKernels } from "../../ffi/wasm.ts";
+import {
+  loadWasmKernels,
+  WasmKernelError,
+  type WasmKernels,
+  wasmThreadsAvailable,
+} from "../../ffi/wasm.ts";
+import { acquireWasmWorkers } from "../../ffi/wasm_workers.ts";
 import {
   LE_CANCELLED,
   NODE_BYTES,
@@ -41,8 +50,10 @@ export interface WasmBackendOptions {
   /** Instantiated kernels (default: the shared instance, loaded on demand). */
   kernels?: WasmKernels;
   /**
-   * Threads asked for: the module runs one (a wasm32 build without shared
-   * memory), so any other count is refused rather than silently ignored.
+   * Threads (default 1). More than one needs the threaded build
+   * (`kernels.threaded`, the shared instance wherever
+   * {@linkcode wasmThreadsAvailable}); elsewhere it is refused, naming why,
+   * rather than silently ignored.
    */
   threads?: number;
   /** Where the progress of copying host weights in goes (default: stderr). */
@@ -115,8 +126,8 @@ export class WasmBackend implements Backend {
   readonly inPlaceOps: ReadonlySet<Op> = new Set([Op.SOFT_MAX]);
   /** As the CPU backend's (the same kernels). */
   readonly kvWindowPad = 64;
-  /** Always 1. */
-  readonly threads = 1;
+  /** Threads each compute runs on. */
+  readonly threads: number;
   /** The instance the kernels run in. */
   readonly kernels: WasmKernels;
   readonly #progress: Progress;
@@ -128,26 +139,56 @@ export class WasmBackend implements Backend {
   readonly #programs: Program[] = [];
   #closed = false;
   #turnedAt = -Infinity; // when the event loop last turned under compute()
+  #workers?: Disposable; // the parked workers this context's threads run on
 
-  /** Loads the kernels (the shared instance unless given) and creates the backend. */
+  /**
+   * Loads the kernels (the shared instance unless given), starts the
+   * workers more than one thread needs, and creates the backend.
+   */
   static async create(options: WasmBackendOptions = {}): Promise<WasmBackend> {
+    const threads = checkThreads(options.threads);
     const kernels = options.kernels ?? await loadWasmKernels();
-    return new WasmBackend(kernels, options);
-  }
-
-  /** Creates the backend over instantiated kernels. */
-  constructor(kernels: WasmKernels, options: Omit<WasmBackendOptions, "kernels"> = {}) {
-    const t = options.threads ?? 1;
-    if (t !== 1) {
+    if (threads === 1) return new WasmBackend(kernels, options);
+    if (!kernels.threaded) {
       throw new RangeError(
-        `threads ${t}: the WebAssembly backend runs one thread (its wasm32 build has no shared memory)`,
+        `threads ${threads}: ${kernels.path} is the single-threaded WebAssembly build` +
+          (wasmThreadsAvailable()
+            ? ""
+            : " (this runtime cannot share memory with workers: no SharedArrayBuffer or " +
+              "Worker, or a page that is not cross-origin isolated)") +
+          "; use threads: 1",
       );
     }
+    const workers = await acquireWasmWorkers(kernels, threads - 1);
+    try {
+      return new WasmBackend(kernels, options, workers);
+    } catch (e) {
+      workers[Symbol.dispose]();
+      throw e;
+    }
+  }
+
+  /**
+   * Creates the backend over instantiated kernels: one thread, or more with
+   * `workers` from {@linkcode acquireWasmWorkers} for `threads - 1` (what
+   * {@linkcode WasmBackend.create} does).
+   */
+  constructor(
+    kernels: WasmKernels,
+    options: Omit<WasmBackendOptions, "kernels"> = {},
+    workers?: Disposable,
+  ) {
+    const t = checkThreads(options.threads);
+    if (t > 1 && !workers) {
+      throw new RangeError(`threads ${t}: use WasmBackend.create, which starts the workers`);
+    }
     this.kernels = kernels;
+    this.threads = t;
     this.#progress = options.progress ?? stderrProgress();
-    const ctx = kernels.exports.le_ctx_new(1) >>> 0;
+    const ctx = kernels.exports.le_ctx_new(t) >>> 0;
     if (ctx === 0) throw new WasmComputeError(`le_ctx_new: ${kernels.lastError()}`);
     this.#ctx = ctx;
+    this.#workers = workers;
   }
 
   /** Whether {@link WasmBackend[Symbol.dispose]} was called. */
@@ -298,8 +339,8 @@ export class WasmBackend implements Backend {
   }
 
   /**
-   * Runs the nodes with one call into the module, on this thread (the
-   * module has no other): the event loop waits for it. An aborted `signal`
+   * Runs the nodes with one call into the module, on this thread (as thread
+   * 0 of the context's threads): the event loop waits for it. An aborted `signal`
    * is honoured before the call starts. Once `TURN_SLICE_MS` have passed
    * since the event loop's last turn under these calls, the promise
    * resolves only after a turn, so a generation loop never starves a
@@ -352,9 +393,18 @@ export class WasmBackend implements Backend {
     this.#closed = true;
     for (const b of [...this.#buffers]) this.#release(b); // the mirrors too
     while (this.#programs.length) this.#dropProgram(0);
-    this.kernels.exports.le_ctx_free(this.#ctx);
+    this.kernels.exports.le_ctx_free(this.#ctx); // joins the workers' threads
     this.#ctx = 0;
+    this.#workers?.[Symbol.dispose]();
   }
+}
+
+function checkThreads(threads: number | undefined): number {
+  const t = threads ?? 1;
+  if (!Number.isSafeInteger(t) || t < 1 || t > 64) {
+    throw new RangeError(`threads ${threads}: the WebAssembly backend runs 1..64 threads`);
+  }
+  return t;
 }
 
 export { WasmKernelError };

@@ -36,7 +36,7 @@ export const threadsFlag = () =>
     min: 1,
     max: MAX_THREADS,
     defaultText: "physical cores",
-    description: "CPU threads",
+    description: "CPU threads (WebAssembly backend: 1 unless given)",
   });
 
 /** --flash-attn / --fa. */

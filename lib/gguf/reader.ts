@@ -123,7 +123,10 @@ class Cursor {
     }
     const n = Number(len);
     this.need(n, field);
-    const s = dec.decode(this.bytes.subarray(this.pos, this.pos + n));
+    const v = this.bytes.subarray(this.pos, this.pos + n);
+    // A copy when the file lies in shared WebAssembly memory (the threaded
+    // build): browsers' TextDecoder refuses shared views.
+    const s = dec.decode(v.buffer instanceof ArrayBuffer ? v : v.slice());
     this.pos += n;
     return s;
   }
