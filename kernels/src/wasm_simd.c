@@ -346,12 +346,16 @@ const le_gemm_tiles le_f16_tiles_wasm = {f16_t44, f16_t41, f16_t14, f16_t11};
  * steps (le_k_lanes_generic, le_k_reduce_generic) are the scalar ones, per
  * lane. */
 
+/* Lanes += sc * p, p eight 16-bit lane sums (|sc| < 128, so sc * p fits 32 bits). */
+static inline void lanes_scale(v128_t *l0, v128_t *l1, v128_t p, int32_t sc) {
+  const v128_t s = wasm_i16x8_splat((int16_t)sc);
+  *l0 = wasm_i32x4_add(*l0, wasm_i32x4_extmul_low_i16x8(p, s));
+  *l1 = wasm_i32x4_add(*l1, wasm_i32x4_extmul_high_i16x8(p, s));
+}
+
 /* Lanes += sc * (products of 16 elements: a 16-bit lane sum of elements l and l + 8). */
 static inline void lanes_add16(v128_t *l0, v128_t *l1, v128_t lo, v128_t hi, int32_t sc) {
-  const v128_t p = wasm_i16x8_add(lo, hi); /* |p| <= 2 * 4096: no overflow */
-  const v128_t s = wasm_i32x4_splat(sc);
-  *l0 = wasm_i32x4_add(*l0, wasm_i32x4_mul(wasm_i32x4_extend_low_i16x8(p), s));
-  *l1 = wasm_i32x4_add(*l1, wasm_i32x4_mul(wasm_i32x4_extend_high_i16x8(p), s));
+  lanes_scale(l0, l1, wasm_i16x8_add(lo, hi), sc); /* |lo + hi| <= 2 * 4096: no overflow */
 }
 
 /* sums[l] += d * (float)lane[l], as le_k_lanes_generic, four lanes at once. */
@@ -375,27 +379,35 @@ static inline float reduce8(float sumf, v128_t s0, v128_t s1) {
     hi = wasm_i16x8_extmul_high_i8x16(codes, ys);                        \
   } while (0)
 
-/* dot_q6_k_scalar */
+/* dot_q6_k_scalar. The 16 elements at l of groups 4h + k (k = 0..3) share
+ * one load of qh (bits 2k..2k+1) and of ql at l and l + 32 (low nibbles for
+ * k < 2, high for k >= 2): loaded once, shifted by constants. */
 void le_dot_q6_k_wasm(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q6_k *x = vx;
   const le_block_q8_k *y = vy;
   v128_t s0 = wasm_f32x4_splat(0.0f), s1 = s0;
-  const v128_t m4 = wasm_i8x16_splat(0x0f), m3 = wasm_i8x16_splat(3), c32 = wasm_i8x16_splat(32);
+  const v128_t m4 = wasm_i8x16_splat(0x0f), m30 = wasm_i8x16_splat(0x30), c32 = wasm_i8x16_splat(32);
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     const int8_t *sc = x[i].scales;
     v128_t l0 = wasm_i32x4_splat(0), l1 = l0;
-    for (int c = 0; c < 8; c++) { /* 32 elements: e = 32 c + l */
-      const int h = c / 4, k = c % 4;
-      for (int half = 0; half < 2; half++) { /* l = 16 half .. 16 half + 15 */
+    for (int h = 0; h < 2; h++) {
+      for (int half = 0; half < 2; half++) { /* elements l .. l + 15 of each group */
         const int l = 16 * half;
-        const v128_t q = wasm_v128_load(x[i].ql + 64 * h + l + 32 * (k & 1));
+        const v128_t qa = wasm_v128_load(x[i].ql + 64 * h + l);
+        const v128_t qb = wasm_v128_load(x[i].ql + 64 * h + l + 32);
         const v128_t qh = wasm_v128_load(x[i].qh + 32 * h + l);
-        const v128_t lo4 = k >= 2 ? wasm_u8x16_shr(q, 4) : wasm_v128_and(q, m4);
-        const v128_t hi2 = wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(qh, 2 * k), m3), 4);
-        const v128_t code = wasm_i8x16_sub(wasm_v128_or(lo4, hi2), c32);
-        v128_t plo, phi;
-        PROD16(code, wasm_v128_load(y[i].qs + 32 * c + l), plo, phi);
-        lanes_add16(&l0, &l1, plo, phi, sc[2 * c + half]);
+        const v128_t lo[4] = {wasm_v128_and(qa, m4), wasm_v128_and(qb, m4), wasm_u8x16_shr(qa, 4),
+                              wasm_u8x16_shr(qb, 4)};
+        const v128_t hi[4] = {wasm_v128_and(wasm_i8x16_shl(qh, 4), m30),
+                              wasm_v128_and(wasm_i8x16_shl(qh, 2), m30), wasm_v128_and(qh, m30),
+                              wasm_v128_and(wasm_u8x16_shr(qh, 2), m30)};
+        for (int k = 0; k < 4; k++) {
+          const int c = 4 * h + k;
+          const v128_t code = wasm_i8x16_sub(wasm_v128_or(lo[k], hi[k]), c32);
+          v128_t plo, phi;
+          PROD16(code, wasm_v128_load(y[i].qs + 32 * c + l), plo, phi);
+          lanes_add16(&l0, &l1, plo, phi, sc[2 * c + half]);
+        }
       }
     }
     lanes_float(&s0, &s1, l0, l1, le_wasm_h2f(x[i].d) * y[i].d);
@@ -403,7 +415,31 @@ void le_dot_q6_k_wasm(int64_t n, float *s, const void *vx, const void *vy) {
   *s = reduce8(0.0f, s0, s1);
 }
 
-/* dot_q4_k_scalar */
+/* le_summs_k4 (an exact integer sum): sum over g of mins[g] * (bsums[2g] + bsums[2g + 1]). */
+static inline int32_t summs_k4(const uint8_t *mins, const le_block_q8_k *y) {
+  const v128_t b0 = wasm_i32x4_extadd_pairwise_i16x8(wasm_v128_load(y->bsums));
+  const v128_t b1 = wasm_i32x4_extadd_pairwise_i16x8(wasm_v128_load(y->bsums + 8));
+  const v128_t m = wasm_u16x8_extend_low_u8x16(wasm_v128_load64_zero(mins));
+  const v128_t p = wasm_i32x4_add(wasm_i32x4_mul(b0, wasm_u32x4_extend_low_u16x8(m)),
+                                  wasm_i32x4_mul(b1, wasm_u32x4_extend_high_u16x8(m)));
+  return wasm_i32x4_extract_lane(p, 0) + wasm_i32x4_extract_lane(p, 1) +
+         wasm_i32x4_extract_lane(p, 2) + wasm_i32x4_extract_lane(p, 3);
+}
+
+/* The 16-bit lane sums of 32 products of a q4_K group (one scale): codes c0
+ * against y[0..15] and c1 against y[16..31]; lane l holds elements l, l + 8,
+ * l + 16 and l + 24 (|sum| <= 4 * 15 * 128: no overflow). */
+static inline v128_t q4k_group(v128_t c0, v128_t c1, const int8_t *y) {
+  const v128_t y0 = wasm_v128_load(y), y1 = wasm_v128_load(y + 16);
+  const v128_t a = wasm_i16x8_add(wasm_i16x8_extmul_low_i8x16(c0, y0),
+                                  wasm_i16x8_extmul_high_i8x16(c0, y0));
+  const v128_t b = wasm_i16x8_add(wasm_i16x8_extmul_low_i8x16(c1, y1),
+                                  wasm_i16x8_extmul_high_i8x16(c1, y1));
+  return wasm_i16x8_add(a, b);
+}
+
+/* dot_q4_k_scalar: a group's 32 products are summed per lane before its
+ * scale multiplies them (integers: the same lane values in any order). */
 void le_dot_q4_k_wasm(int64_t n, float *s, const void *vx, const void *vy) {
   const le_block_q4_k *x = vx;
   const le_block_q8_k *y = vy;
@@ -414,17 +450,15 @@ void le_dot_q4_k_wasm(int64_t n, float *s, const void *vx, const void *vy) {
   for (int64_t i = 0; i < n / LE_QK_K; i++) {
     for (int g = 0; g < 8; g++) le_scale_min_k4(g, x[i].scales, &sc[g], &m[g]);
     v128_t l0 = wasm_i32x4_splat(0), l1 = l0;
-    for (int g = 0; g < 8; g++) {
-      for (int half = 0; half < 2; half++) {
-        const v128_t b = wasm_v128_load(x[i].qs + 32 * (g / 2) + 16 * half);
-        const v128_t code = (g & 1) ? wasm_u8x16_shr(b, 4) : wasm_v128_and(b, m4);
-        v128_t plo, phi;
-        PROD16(code, wasm_v128_load(y[i].qs + 32 * g + 16 * half), plo, phi);
-        lanes_add16(&l0, &l1, plo, phi, sc[g]);
-      }
+    for (int j = 0; j < 4; j++) { /* groups 2j (low nibbles) and 2j + 1 (high) */
+      const v128_t b0 = wasm_v128_load(x[i].qs + 32 * j), b1 = wasm_v128_load(x[i].qs + 32 * j + 16);
+      const int8_t *yq = y[i].qs + 64 * j;
+      lanes_scale(&l0, &l1, q4k_group(wasm_v128_and(b0, m4), wasm_v128_and(b1, m4), yq), sc[2 * j]);
+      lanes_scale(&l0, &l1, q4k_group(wasm_u8x16_shr(b0, 4), wasm_u8x16_shr(b1, 4), yq + 32),
+                  sc[2 * j + 1]);
     }
     lanes_float(&s0, &s1, l0, l1, le_wasm_h2f(x[i].d) * y[i].d);
-    sumf -= (le_wasm_h2f(x[i].dmin) * y[i].d) * (float)le_summs_k4(m, &y[i]);
+    sumf -= (le_wasm_h2f(x[i].dmin) * y[i].d) * (float)summs_k4(m, &y[i]);
   }
   *s = reduce8(sumf, s0, s1);
 }
