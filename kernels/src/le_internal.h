@@ -71,6 +71,20 @@ typedef struct le_gemm_tiles {
   le_gemm_fn t44, t41, t14, t11;
 } le_gemm_tiles;
 
+/* N >= 2 tiles of a type whose block scales are converted once per row
+ * and column (mul_mat's tile_block) instead of once per tile: t44/t14 with
+ * the rows' scales (xs, row r at xs + r * xss) and the columns' (ys,
+ * column c at ys + c * yss; yss 0 with by 0), `scales` filling one row's. */
+typedef void (*le_gemm_scaled_fn)(int64_t n, float *s, size_t bs, const void *x, size_t bx,
+                                  const float *xs, size_t xss, const void *y, size_t by,
+                                  const float *ys, size_t yss);
+typedef struct le_gemm_scaled {
+  le_gemm_scaled_fn t44, t14;
+  void (*scales)(const void *row, int64_t nb, float *out);
+} le_gemm_scaled;
+/* The scaled form of `tiles`, or NULL (gemm_x86.c). */
+const le_gemm_scaled *le_gemm_scaled_for(const le_gemm_tiles *tiles);
+
 /* Everything the generic code needs to know about one tensor type; each
  * q_<type>.c file defines exactly one of these. */
 typedef struct le_type_traits {

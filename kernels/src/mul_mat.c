@@ -98,6 +98,48 @@ static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t)
  * (see le_gemm_tiles for which shape computes what); column blocks keep a
  * few activation rows hot in L1 while this block's weight rows are reused
  * across them. */
+/* The longest rows (in blocks) the scaled tiles take: tile_block_scaled
+ * keeps 16 rows' and 16 columns' scales on the stack (2 x 32 KiB). */
+#define SCALED_MAX_NB 512
+
+/* tile_block for tiles with a scaled form (le_gemm_scaled): per 16 rows
+ * and per 16 columns, each row's and column's block scales converted once,
+ * then the same tiles in the same order (so the same outputs: the scales
+ * are the very floats each tile converted for itself). */
+static void tile_block_scaled(const le_gemm_scaled *sc, int64_t K, const char *x, size_t bx,
+                              int64_t ir0, int64_t ir1, const char *y, size_t by, int64_t ne11,
+                              float *dst, size_t bs) {
+  const int64_t nb = K / LE_QK;
+  float xs[16 * SCALED_MAX_NB], ys[BLK_COLS_TILE * SCALED_MAX_NB];
+  for (int64_t r16 = ir0; r16 < ir1; r16 += 16) {
+    const int64_t r16e = LE_MIN(r16 + 16, ir1);
+    for (int64_t r = r16; r < r16e; r++) sc->scales(x + r * bx, nb, xs + (r - r16) * nb);
+    for (int64_t jc = 0; jc < ne11; jc += BLK_COLS_TILE) {
+      const int64_t jc1 = LE_MIN(jc + BLK_COLS_TILE, ne11);
+      for (int64_t c = jc; c < jc1; c++) sc->scales(y + c * by, nb, ys + (c - jc) * nb);
+      for (int64_t ir = r16; ir < r16e; ir += 4) {
+        const int64_t nr = LE_MIN(4, r16e - ir);
+        for (int64_t c = jc; c < jc1; c += 4) {
+          const int64_t nc = LE_MIN(4, jc1 - c);
+          float *o = dst + c * bs + ir;
+          for (int64_t i = 0; i < (nr == 4 ? 1 : nr); i++) {
+            const le_gemm_scaled_fn f = nr == 4 ? sc->t44 : sc->t14;
+            const char *xr = x + (ir + i) * bx;
+            const float *xsr = xs + (ir + i - r16) * nb, *ysc = ys + (c - jc) * nb;
+            if (nc == 4) {
+              f(K, o + i, bs, xr, bx, xsr, (size_t)nb, y + c * by, by, ysc, (size_t)nb);
+            } else {
+              for (int64_t j = 0; j < nc; j++)
+                f(K, o + j * bs + i, 0, xr, bx, xsr, (size_t)nb, y + (c + j) * by, 0,
+                  ysc + j * nb, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 static void tile_block(const le_gemm_tiles *gt, int64_t K, const char *x, size_t bx, int64_t ir0,
                        int64_t ir1, int64_t M, const char *y, size_t by, int64_t ne11, float *dst,
                        size_t bs) {
@@ -114,6 +156,11 @@ static void tile_block(const le_gemm_tiles *gt, int64_t K, const char *x, size_t
       gt->t41(K, dst + ir, bs, x + ir * bx, bx, y, by);
     }
     for (; ir < ir1; ir++) gt->t11(K, dst + ir, bs, x + ir * bx, bx, y, by);
+    return;
+  }
+  const le_gemm_scaled *sc = le_gemm_scaled_for(gt);
+  if (sc && K / LE_QK <= SCALED_MAX_NB) {
+    tile_block_scaled(sc, K, x, bx, ir0, ir1, y, by, ne11, dst, bs);
     return;
   }
   for (int64_t jc = 0; jc < ne11; jc += BLK_COLS_TILE) {
