@@ -44,7 +44,7 @@ LE_TARGET_VNNI static inline uint16_t x_scale(const void *x, int64_t i) {
 }
 
 LE_TARGET_VNNI static inline __attribute__((always_inline)) void
-tile_seq(const int RM, const int RN, int64_t n, float *s, size_t bs,
+tile_seq(const int RM, const int RN, const int SCALED, int64_t n, float *s, size_t bs,
          const void *vx, size_t bx, const void *vy, size_t by,
          const float *xs, size_t xss, const float *ys, size_t yss) {
   const int64_t nb = n / LE_QK;
@@ -67,13 +67,13 @@ tile_seq(const int RM, const int RN, int64_t n, float *s, size_t bs,
         xq[r] = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->qs)),
                                  _mm512_set1_epi8((char)0x80));
         /* the same floats: a converted scale (xs) or the block's */
-        xd[r] = xs ? _mm512_set1_ps(xs[r * xss + i]) : _mm512_set1_ps(_cvtsh_ss(xb->d));
+        xd[r] = SCALED ? _mm512_set1_ps(xs[r * xss + i]) : _mm512_set1_ps(_cvtsh_ss(xb->d));
       }
 #pragma GCC unroll 2
       for (int cp = 0; cp < RN / 2; cp++) {
         const le_block_q8_0 *y0 = YC(2 * cp), *y1 = YC(2 * cp + 1);
         const __m512i yq = pair_load(y0[i].qs, y1[i].qs);
-        const __m512 yd = ys ? le_join_ps256(_mm256_set1_ps(ys[2 * cp * yss + i]),
+        const __m512 yd = SCALED ? le_join_ps256(_mm256_set1_ps(ys[2 * cp * yss + i]),
                                              _mm256_set1_ps(ys[(2 * cp + 1) * yss + i]))
                              : pair_scale(y0[i].d, y1[i].d);
         const __m512i bias = _mm512_sub_epi32(
@@ -141,7 +141,7 @@ LE_TARGET_VNNI static void seq_1x1(int64_t n, float *s, const void *vx, const vo
 #define SEQ_FN(name, RM, RN)                                                               \
   LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
                                   const void *y, size_t by) {                              \
-    tile_seq(RM, RN, n, s, bs, x, bx, y, by, NULL, 0, NULL, 0);                            \
+    tile_seq(RM, RN, 0, n, s, bs, x, bx, y, by, NULL, 0, NULL, 0);                         \
   }
 LE_TARGET_VNNI static void q8s_1x1(int64_t n, float *s, size_t bs, const void *x, size_t bx,
                                    const void *y, size_t by) {
@@ -160,7 +160,7 @@ SEQ_FN(q8s_1x4, 1, 4)
   LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
                                   const float *xs, size_t xss, const void *y, size_t by,   \
                                   const float *ys, size_t yss) {                           \
-    tile_seq(RM, RN, n, s, bs, x, bx, y, by, xs, xss, ys, yss);                            \
+    tile_seq(RM, RN, 1, n, s, bs, x, bx, y, by, xs, xss, ys, yss);                         \
   }
 SEQ_SCALED_FN(q8s_4x4_scaled, 4, 4)
 SEQ_SCALED_FN(q8s_1x4_scaled, 1, 4)
