@@ -36,6 +36,16 @@ static inline size_t le_mm_scales_offset(const le_node *n) {
   return ((size_t)(b->ne[0] * b->ne[1] * b->ne[2] * b->ne[3]) + 63) & ~(size_t)63;
 }
 
+/* Whether the converted src1 rows are followed by their block scales as
+ * floats, per row [block] (the AVX-512 q8_0 tiles' scaled form, mul_mat.c). */
+int le_mm_col_scales(const le_node *n);
+
+/* Where those scales start: after the rows, 64-byte aligned. */
+static inline size_t le_mm_col_scales_offset(const le_node *n, const le_type_traits *vt) {
+  const le_tensor *b = &n->src[1];
+  return (le_mm_src1_row(n, vt) * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]) + 63) & ~(size_t)63;
+}
+
 /* Bytes of scratch src1 converted to the vec_dot type takes (from the
  * scratch start), 0 when mul_mat reads src1 in place. */
 static inline size_t le_mm_src1_bytes(const le_node *n) {
@@ -43,6 +53,9 @@ static inline size_t le_mm_src1_bytes(const le_node *n) {
   const le_type_traits *vt = t ? le_traits(t->vec_dot_type) : NULL;
   const le_tensor *b = &n->src[1];
   if (!vt || (vt->type == LE_TYPE_F32 && b->nb[0] == 4)) return 0;
+  if (le_mm_col_scales(n))
+    return le_mm_col_scales_offset(n, vt) +
+           (size_t)(b->ne[1] * b->ne[2] * b->ne[3]) * (size_t)(b->ne[0] / vt->blck) * sizeof(float);
   if (le_mm_panel(n) == LE_MM_PANEL_Q8_0) {
     const size_t groups = (size_t)((b->ne[1] + 7) / 8 * b->ne[2] * b->ne[3]);
     return le_mm_scales_offset(n) + groups * 8 * (size_t)(b->ne[0] / vt->blck) * sizeof(float);
