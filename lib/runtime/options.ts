@@ -61,7 +61,17 @@ export interface ContextOptions {
    * Encoders (bert) always do. Default false.
    */
   embeddings?: boolean;
-  /** CPU threads; default: physical cores. */
+  /**
+   * Threads each compute runs on. CPU backend: default the physical cores.
+   * WebAssembly backend: default 1; more run on workers where the runtime
+   * can share memory with them (Deno; a cross-origin isolated page), and
+   * are refused, naming why, elsewhere.
+   *
+   * @example Two WebAssembly threads (no `--allow-ffi` needed)
+   * ```ts ignore
+   * const ctx = await Context.create(model, { backend: "wasm", threads: 2 });
+   * ```
+   */
   threads?: number;
   /**
    * KV cache element type (K and V). Default "f16" (llama.cpp's default).

@@ -73,7 +73,7 @@ export interface HandlerOptions {
   maxBodyBytes?: number;
   /** Jinja chat template overriding the model's. */
   chatTemplate?: string;
-  /** CPU threads for the context. */
+  /** Threads for the context (see the context option `threads`; WebAssembly: 1 unless given). */
   threads?: number;
   /** Flash attention (needed by a q8_0 cache). */
   flashAttn?: boolean;
