@@ -29,8 +29,8 @@ export const WASM32_MAX_BYTES = 4 * 1024 * 1024 * 1024;
 
 /** The exports of llm_edge.wasm: kernels/include/llm_edge.h with wasm32 types. */
 export interface WasmKernelExports {
-  /** The module's linear memory (undefined in the threaded build, which imports it). */
-  readonly memory: WebAssembly.Memory;
+  /** The module's linear memory (absent in the threaded build, which imports it). */
+  readonly memory?: WebAssembly.Memory;
   /** Runs the C constructors (a WASI reactor's entry point). */
   _initialize(): void;
   le_abi_version(): number;
@@ -111,7 +111,9 @@ export class WasmKernels {
     this.path = path;
     this.module = module;
     this.threaded = memory !== undefined;
-    this.#memory = memory ?? exports.memory;
+    const own = memory ?? exports.memory;
+    if (!own) throw new WasmKernelError(`${path}: the module neither exports nor imports a memory`);
+    this.#memory = own;
     this.#u8 = new Uint8Array(this.#memory.buffer);
   }
 
@@ -191,17 +193,35 @@ export function wasmThreadsAvailable(): boolean {
   } catch {
     // no shared memory here
   }
-  const p = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
-  let nodeWorkers = false;
-  try {
-    nodeWorkers = typeof (p?.getBuiltinModule?.("node:worker_threads") as { Worker?: unknown })
-      ?.Worker === "function";
-  } catch {
-    // no such built-in
-  }
-  return threadsProbe = shared && (typeof globalThis.Worker === "function" || nodeWorkers);
+  return threadsProbe = shared &&
+    (typeof globalThis.Worker === "function" || !!nodeWorkerThreads());
 }
 let threadsProbe: boolean | undefined;
+
+/** A node:worker_threads Worker (the parts ffi/wasm_workers.ts uses). */
+export interface NodeWorker {
+  postMessage(m: unknown): void;
+  terminate(): unknown;
+  once(ev: string, f: (d: unknown) => void): void;
+  unref(): void;
+}
+
+/**
+ * `node:worker_threads` where the runtime has it (Deno, Node), through
+ * `process.getBuiltinModule` rather than an import: a browser bundle of
+ * mod.ts cannot import node: modules.
+ */
+export function nodeWorkerThreads(): { Worker: new (url: URL) => NodeWorker } | undefined {
+  const p = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
+  try {
+    const m = p?.getBuiltinModule?.("node:worker_threads") as
+      | { Worker?: new (url: URL) => NodeWorker }
+      | undefined;
+    return typeof m?.Worker === "function" ? { Worker: m.Worker } : undefined;
+  } catch {
+    return undefined; // no such built-in
+  }
+}
 
 /**
  * Where the .wasm is looked for: `LLM_EDGE_WASM` (a path or URL, either
@@ -296,7 +316,8 @@ async function instantiate(source: string | Uint8Array): Promise<WasmKernels> {
     throw new WasmKernelError(`${path}: cannot instantiate: ${(e as Error).message}`);
   }
   const ex = instance.exports as unknown as WasmKernelExports;
-  started.memory = memory ?? ex.memory;
+  const kernels = new WasmKernels(ex, path, module, memory);
+  started.memory = kernels.memory;
   ex._initialize();
   const abi = ex.le_abi_version();
   if (abi !== ABI_VERSION) {
@@ -304,7 +325,7 @@ async function instantiate(source: string | Uint8Array): Promise<WasmKernels> {
       `${path}: ABI version ${abi}, expected ${ABI_VERSION}; rebuild it: deno task build:wasm`,
     );
   }
-  return new WasmKernels(ex, path, module, memory);
+  return kernels;
 }
 
 async function readModule(path: string): Promise<Uint8Array> {

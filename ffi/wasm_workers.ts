@@ -14,7 +14,7 @@
  *
  * @module
  */
-import { WasmKernelError, type WasmKernels } from "./wasm.ts";
+import { nodeWorkerThreads, WasmKernelError, type WasmKernels } from "./wasm.ts";
 
 /** Stack of each worker's instance (as the main thread's: kernels/Makefile). */
 const STACK_BYTES = 1 << 20;
@@ -116,14 +116,7 @@ const WORKER_SOURCE = `(${workerMain.toString()})();`;
 
 /** A started worker and the promise of its first message. */
 function spawn(): { worker: HostWorker; first: Promise<unknown> } {
-  type NodeWorker = HostWorker & {
-    once(ev: string, f: (d: unknown) => void): void;
-    unref(): void;
-  };
-  const p = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
-  const wt = p?.getBuiltinModule?.("node:worker_threads") as
-    | { Worker: new (url: URL) => NodeWorker }
-    | undefined;
+  const wt = nodeWorkerThreads();
   if (wt) {
     // node:worker_threads takes file: and data: URLs only
     const worker = new wt.Worker(

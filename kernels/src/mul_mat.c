@@ -95,41 +95,39 @@ static const le_gemm_tiles *tiles_for(const le_node *n, const le_type_traits *t)
 }
 
 /* The longest rows (in blocks) the scaled tiles take: tile_block_scaled
- * keeps 16 rows' scales on the stack (and 16 columns' where they were not
- * converted with the columns). */
+ * keeps 16 rows' scales on the stack. */
 #define SCALED_MAX_NB 512
 
-int le_mm_col_scales(const le_node *n) {
-  const le_type_traits *t = le_traits(n->src[0].type);
-  if (!t || t->type != LE_TYPE_Q8_0 || n->src[0].flags || n->src[1].ne[1] < 2) return 0;
+/* The scaled tiles this node runs (le_gemm_scaled), or NULL: the one place
+ * that decides, for the scratch's size (le_mm_col_scales) and for mul_mat. */
+static const le_gemm_scaled *scaled_tiles(const le_node *n, const le_type_traits *t) {
+  if (!t || t->type != LE_TYPE_Q8_0 || n->src[0].flags || n->src[1].ne[1] < 2) return NULL;
   if (le_mm_panel(n) != LE_MM_TILES || n->dst.nb[1] % 4 || n->src[0].ne[0] / LE_QK > SCALED_MAX_NB)
-    return 0;
-  if (src1_direct(n, le_traits(t->vec_dot_type))) return 0;
-  return le_gemm_scaled_for(tiles_for(n, t)) != NULL;
+    return NULL;
+  if (src1_direct(n, le_traits(t->vec_dot_type))) return NULL;
+  return le_gemm_scaled_for(tiles_for(n, t));
 }
 
-/* Rows [ir0, ir1) of one weight matrix against all ne11 columns, in tiles
- * (see le_gemm_tiles for which shape computes what); column blocks keep a
- * few activation rows hot in L1 while this block's weight rows are reused
- * across them. */
-/* tile_block for tiles with a scaled form (le_gemm_scaled): per 16 rows
- * each row's block scales converted once, the columns' once per node
- * (yscales, [column][block], converted with the columns) or else per 16
- * columns, then the same tiles in the same order (so the same outputs: the
- * scales are the very floats each tile converted for itself). */
+int le_mm_col_scales(const le_node *n) {
+  return scaled_tiles(n, le_traits(n->src[0].type)) != NULL;
+}
+
+/* tile_block with scaled tiles (le_gemm_scaled): per 16 rows each row's
+ * block scales converted once, the columns' already converted once per
+ * node (yscales, [column][block], with the columns), then the same tiles in
+ * the same order (so the same outputs: the scales are the very floats each
+ * tile converted for itself). */
 static void tile_block_scaled(const le_gemm_scaled *sc, int64_t K, const char *x, size_t bx,
                               int64_t ir0, int64_t ir1, const char *y, size_t by, int64_t ne11,
                               float *dst, size_t bs, const float *yscales) {
   const int64_t nb = K / LE_QK;
-  float xs[16 * SCALED_MAX_NB], ybuf[BLK_COLS_TILE * SCALED_MAX_NB];
+  float xs[16 * SCALED_MAX_NB];
   for (int64_t r16 = ir0; r16 < ir1; r16 += 16) {
     const int64_t r16e = LE_MIN(r16 + 16, ir1);
     for (int64_t r = r16; r < r16e; r++) sc->scales(x + r * bx, nb, xs + (r - r16) * nb);
     for (int64_t jc = 0; jc < ne11; jc += BLK_COLS_TILE) {
       const int64_t jc1 = LE_MIN(jc + BLK_COLS_TILE, ne11);
-      const float *ys = yscales ? yscales + jc * nb : ybuf;
-      if (!yscales)
-        for (int64_t c = jc; c < jc1; c++) sc->scales(y + c * by, nb, ybuf + (c - jc) * nb);
+      const float *ys = yscales + jc * nb;
       for (int64_t ir = r16; ir < r16e; ir += 4) {
         const int64_t nr = LE_MIN(4, r16e - ir);
         for (int64_t c = jc; c < jc1; c += 4) {
@@ -153,9 +151,13 @@ static void tile_block_scaled(const le_gemm_scaled *sc, int64_t K, const char *x
   }
 }
 
+/* Rows [ir0, ir1) of one weight matrix against all ne11 columns, in tiles
+ * (see le_gemm_tiles for which shape computes what); column blocks keep a
+ * few activation rows hot in L1 while this block's weight rows are reused
+ * across them. */
 static void tile_block(const le_gemm_tiles *gt, int64_t K, const char *x, size_t bx, int64_t ir0,
                        int64_t ir1, int64_t M, const char *y, size_t by, int64_t ne11, float *dst,
-                       size_t bs, const float *yscales) {
+                       size_t bs) {
   if (ne11 == 1) {
     const int pf_bursts = prefetch_bursts();
     int64_t ir = ir0;
@@ -169,11 +171,6 @@ static void tile_block(const le_gemm_tiles *gt, int64_t K, const char *x, size_t
       gt->t41(K, dst + ir, bs, x + ir * bx, bx, y, by);
     }
     for (; ir < ir1; ir++) gt->t11(K, dst + ir, bs, x + ir * bx, bx, y, by);
-    return;
-  }
-  const le_gemm_scaled *sc = le_gemm_scaled_for(gt);
-  if (sc && K / LE_QK <= SCALED_MAX_NB) {
-    tile_block_scaled(sc, K, x, bx, ir0, ir1, y, by, ne11, dst, bs, yscales);
     return;
   }
   for (int64_t jc = 0; jc < ne11; jc += BLK_COLS_TILE) {
@@ -267,7 +264,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   char *const wdata = (char *)p->wdata + (size_t)p->ith * priv;
   float *const dyt = q8 ? (float *)(void *)(wdata + le_mm_scales_offset(n)) : NULL;
   /* the AVX-512 q8_0 tiles' column scales, [src1 row][block], converted with the rows */
-  const le_gemm_scaled *const colsc = le_mm_col_scales(n) ? le_gemm_scaled_for(tiles_for(n, t)) : NULL;
+  const le_gemm_scaled *const colsc = scaled_tiles(n, t);
   float *const ysc = colsc ? (float *)(void *)(wdata + le_mm_col_scales_offset(n, vt)) : NULL;
 
   if (!direct) {
@@ -389,9 +386,12 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
           : (const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11) * vrow;
       float *dbase = (float *)((char *)(uintptr_t)d->data + i12 * d->nb[2] + i13 * d->nb[3]);
       const size_t by = direct ? (size_t)b->nb[1] : vrow;
-      tile_block(gt, K, arow, (size_t)a->nb[1], ir0, ir1, M, ybase, by, ne11, dbase,
-                 (size_t)d->nb[1] / 4,
-                 colsc ? ysc + (size_t)((i13 * ne12 + i12) * ne11) * (K / LE_QK) : NULL);
+      if (colsc)
+        tile_block_scaled(colsc, K, arow, (size_t)a->nb[1], ir0, ir1, ybase, by, ne11, dbase,
+                          (size_t)d->nb[1] / 4, ysc + (size_t)((i13 * ne12 + i12) * ne11) * (K / LE_QK));
+      else
+        tile_block(gt, K, arow, (size_t)a->nb[1], ir0, ir1, M, ybase, by, ne11, dbase,
+                   (size_t)d->nb[1] / 4);
       continue;
     }
     for (int64_t jc = 0; jc < ne11; jc += BLK_COLS) {
