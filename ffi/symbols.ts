@@ -44,6 +44,7 @@ export const SYMBOLS = {
   le_dequantize_row: { parameters: ["i32", "buffer", "buffer", "i64"], result: "i32" },
   le_quantize_row: { parameters: ["i32", "buffer", "buffer", "i64"], result: "i32" },
   le_vec_dot: { parameters: ["i32", "i64", "buffer", "buffer", "buffer"], result: "i32" },
+  le_expf_mismatches: { parameters: ["u32", "u32", "u32"], result: "i64" },
   le_repack_flag: { parameters: ["i32", "i64", "i64"], result: "i32" },
   le_repack_size: { parameters: ["i32", "i32", "i64", "i64"], result: "i64" },
   le_repack: {
@@ -56,7 +57,7 @@ export const SYMBOLS = {
 export type LlmEdgeSymbols = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 
 /** ABI version this TypeScript expects (`LE_ABI_VERSION`). */
-export const ABI_VERSION = 5;
+export const ABI_VERSION = 6;
 
 /** `LE_MAX_THREADS`: the most threads a native context runs (le_ctx_new refuses more). */
 export const MAX_THREADS = 512;

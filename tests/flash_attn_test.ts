@@ -9,6 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
+import { SimdLevel } from "../ffi/symbols.ts";
 import { f32ToFp16 } from "../lib/ggml/half.ts";
 import { quantizeQ8_0Act } from "../lib/ggml/ref_quants.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
@@ -142,6 +143,30 @@ const CASES: FaCase[] = [
     kvType: F16,
     mask: "sparse",
     threads: 2,
+  },
+  // Split KV with four and eight query heads per K head: their dots are
+  // taken together by the row kernels (four heads per K row read).
+  {
+    name: "split kv f16, grouped 4, head 64",
+    d: 64,
+    n: 1,
+    nHead: 8,
+    nHeadKv: 2,
+    nKv: 700,
+    kvType: F16,
+    mask: "causal",
+    threads: 2,
+  },
+  {
+    name: "split kv f16, grouped 8, head 128",
+    d: 128,
+    n: 1,
+    nHead: 8,
+    nHeadKv: 1,
+    nKv: 530,
+    kvType: F16,
+    mask: "sparse",
+    threads: 3,
   },
   {
     name: "split kv f16, 4 threads",
@@ -348,4 +373,34 @@ Deno.test("hadamard: the C kernel equals the float reference bit for bit; applie
       assert.ok(Math.abs(back[i] - x[i]) < 1e-5, `n ${n}: H·H ≠ I`);
     }
   }
+});
+
+// The split path's cell loop at AVX-512 takes a block's exponentials eight
+// lanes at a time, by libm's own steps (flash_attn_x86.c fa_vexpf); ggml
+// calls libm's expf per cell. The two must agree on every float: checked
+// here over every 7th bit pattern of |x| <= 128 (about 300 million; every
+// float of that range gave 0 when this was written) and over the
+// infinities and NaNs, which go to libm's path.
+const hasAvx512 = (lib.symbols.le_cpu_features() & 2) !== 0;
+Deno.test({
+  name: "flash attention: the vector expf equals libm's expf bit for bit" +
+    (hasAvx512 ? "" : " [skipped: no AVX-512 on this CPU, where it is not used]"),
+  ignore: !hasAvx512,
+  fn: () => {
+    try {
+      assert.equal(lib.symbols.le_set_simd_level(SimdLevel.AVX512), SimdLevel.AVX512);
+      const sweeps: [string, number, number, number][] = [
+        ["negatives", 0x80000000, 0xc3000000, 7],
+        ["positives", 0x00000000, 0x43000000, 7],
+        ["beyond 128, infinities, NaNs", 0x43000001, 0xffffffff, 4099],
+      ];
+      for (const [what, lo, hi, step] of sweeps) {
+        const bad = lib.symbols.le_expf_mismatches(lo, hi, step);
+        assert.notEqual(bad, -1n, "the kernel's self-check against libm's expf failed");
+        assert.equal(bad, 0n, `${what}: ${bad} floats differ from libm's expf`);
+      }
+    } finally {
+      lib.symbols.le_set_simd_level(oracleLevel);
+    }
+  },
 });

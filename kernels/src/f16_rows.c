@@ -110,6 +110,35 @@ rows16_f16_avx512(const int ny, int64_t n, int nr, const uint16_t *const xr[16],
   }
 }
 
+/* rows16_f16_avx512(4, 64, ...) with y widened and held in registers: a
+ * decode step's KQ over heads of 64, each K row against four query heads
+ * (one step of 64 per row, nothing left over). The same operations per
+ * output; the general loop's per-row setup and y loads made it ~17% slower
+ * (bench/attn.c, Zen 4, one thread). */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+rows16_f16_d64x4_avx512(int nr, const uint16_t *const xr[16], const float *yf, float *const *s) {
+  __m512 y[4][4], acc[4][16];
+  for (int k = 0; k < 4; k++)
+    for (int q = 0; q < 4; q++) y[k][q] = _mm512_loadu_ps(yf + 64 * k + 16 * q);
+  const __m512 z = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; j++) {
+#define LD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+    const __m512 x0 = LD(xr[j]), x1 = LD(xr[j] + 16), x2 = LD(xr[j] + 32), x3 = LD(xr[j] + 48);
+#undef LD
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+      acc[k][RED_SLOT[j]] = _mm512_add_ps(
+          _mm512_add_ps(_mm512_fmadd_ps(x0, y[k][0], z), _mm512_fmadd_ps(x2, y[k][2], z)),
+          _mm512_add_ps(_mm512_fmadd_ps(x1, y[k][1], z), _mm512_fmadd_ps(x3, y[k][3], z)));
+  }
+  for (int k = 0; k < 4; k++) {
+    float red[16];
+    _mm512_storeu_ps(red, reduce16(acc[k]));
+    for (int j = 0; j < nr; j++) s[k][j] = red[j];
+  }
+}
+
 /* le_f16_rows_fn at AVX-512: groups of 16 rows (a short last group repeats
  * its last row, whose extra results are dropped). */
 LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const void *vx, size_t bx,
@@ -130,7 +159,8 @@ LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const voi
       xr[j] = (const uint16_t *)((const char *)vx + (size_t)(r0 + LE_MIN(j, nr - 1)) * bx);
     float *o[4];
     for (int k = 0; k < ny; k++) o[k] = s[k] + r0;
-    if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, wide ? yf : NULL, o);
+    if (ny == 4 && n == 64 && wide) rows16_f16_d64x4_avx512(nr, xr, yf, o);
+    else if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, wide ? yf : NULL, o);
     else rows16_f16_avx512(1, n, nr, xr, y, wide ? yf : NULL, o);
   }
 }

@@ -200,10 +200,25 @@ static size_t fa_thread_bytes(const le_node *n) {
   return (size_t)(LE_MAX(row, tiled) + 16) * 4;
 }
 
-size_t le_flash_attn_wsize(const le_node *n, int n_threads) {
+/* Bytes of the split path's partials, all threads. */
+static size_t fa_partials_bytes(const le_node *n, int n_threads) {
   const int64_t DV = n->src[2].ne[0], neq2 = n->src[0].ne[2];
-  const size_t partials = (size_t)neq2 * (size_t)n_threads * (size_t)(2 + DV) * 4;
-  return fa_thread_bytes(n) * (size_t)n_threads + partials;
+  return (size_t)neq2 * (size_t)n_threads * (size_t)(2 + DV) * 4;
+}
+
+/* Floats of one thread's split-path scratch: four heads' VKQ16 (2 DV
+ * floats; fa_rows_heads), then fa_split_dots's dots of a group of query
+ * heads over the thread's cells and the group's Q in f16. */
+static size_t fa_dots_floats(const le_node *n, int n_threads) {
+  const int64_t DK = n->src[1].ne[0], DV = n->src[2].ne[0], nek1 = n->src[1].ne[1];
+  const int64_t g = n->src[0].ne[2] / n->src[1].ne[2], chunk = (nek1 + n_threads - 1) / n_threads;
+  return (size_t)(2 * DV + g * chunk + (g * DK + 1) / 2 + 16);
+}
+
+size_t le_flash_attn_wsize(const le_node *n, int n_threads) {
+  size_t w = fa_thread_bytes(n) * (size_t)n_threads + fa_partials_bytes(n, n_threads);
+  if (le_flash_attn_split(n)) w += fa_dots_floats(n, n_threads) * 4 * (size_t)n_threads;
+  return w;
 }
 
 /* Whether ggml takes the split-KV path (its result depends on the thread
@@ -217,9 +232,10 @@ int le_flash_attn_split(const le_node *n) {
 
 /* ggml_compute_forward_flash_attn_ext_f16_one_chunk for query row ir over
  * cells [ic0, ic1). Writes the normalized row to dst, or (M, S, VKQ) to
- * `partial` when given. */
+ * `partial` when given. `dots` (or NULL): the row's kq dots of those cells,
+ * computed beforehand (fa_split_dots). */
 static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t ic0, int64_t ic1,
-                       float *work, float *partial) {
+                       float *work, float *partial, const float *dots) {
   const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
   const int64_t DK = s->DK, DV = s->DV;
   const int64_t iq3 = ir / (s->neq2 * s->N);
@@ -244,7 +260,8 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   const int64_t ik2 = iq2 / s->rk2, ik3 = iq3 / s->rk3;
   const int64_t iv2 = iq2 / s->rv2, iv3 = iq3 / s->rv3;
   const float *pq = (const float *)fa_at(q, iq1, iq2, iq3);
-  if (kt->vec_dot_type == LE_TYPE_F32) memcpy(Q_q, pq, (size_t)DK * 4);
+  if (dots) { /* no dot left to take */
+  } else if (kt->vec_dot_type == LE_TYPE_F32) memcpy(Q_q, pq, (size_t)DK * 4);
   else if (kt->vec_dot_type == LE_TYPE_F16) le_fp32_to_fp16_row(pq, Q_q, DK);
   else qt->from_float_act(pq, Q_q, DK);
 
@@ -261,7 +278,9 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
                            .vb = fa_at(v, 0, iv2, iv3),
                            .kst = (size_t)k->nb[1],
                            .vst = (size_t)v->nb[1],
-                           .mp = mp};
+                           .mp = mp,
+                           .dots = dots,
+                           .dots0 = ic0};
     cells(&row, ic0, ic1, VKQ16, &S, &M);
     ic0 = ic1; /* done */
   }
@@ -269,7 +288,8 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
     const float mv = mp ? slope * le_fp16_to_fp32(mp[ic]) : 0.0f;
     if (mv == -INFINITY) continue;
     float sc;
-    kq_dot(DK, &sc, fa_at(k, ic, ik2, ik3), Q_q);
+    if (dots) sc = dots[ic - ic0];
+    else kq_dot(DK, &sc, fa_at(k, ic, ik2, ik3), Q_q);
     sc = sc * s->scale;
     sc += mv;
     const float Mold = M;
@@ -428,6 +448,73 @@ static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int6
   }
 }
 
+/* The split path's kq dots by a row kernel (le_f16_rows: vec_dot_f16's
+ * chain per output, so the same bits as kq_dot), or NULL. With it the
+ * query heads that share a K head take their dots together: each K row of
+ * the thread's cells is read once for four heads, and 16 rows' final
+ * reductions run as one, instead of one dot call per cell and head
+ * between the online softmax's steps. */
+static le_f16_rows_fn fa_dots_fn(const le_node *n, const fa_shape *s) {
+  if (n->src[1].type != LE_TYPE_F16 || s->rk3 != 1) return NULL;
+  return le_f16_rows(s->DK, 1, s->rk2 % 4 == 0);
+}
+
+/* dots[j * (ic1 - ic0) + ic - ic0]: the kq dot of query head h0 + j
+ * (j < rk2, the heads of one K head) and cell ic, Q converted to f16 as
+ * fa_one_row converts it. */
+static void fa_split_dots(const le_node *n, const fa_shape *s, le_f16_rows_fn rows, int64_t h0,
+                          int64_t ic0, int64_t ic1, float *dots) {
+  const le_tensor *q = &n->src[0], *k = &n->src[1];
+  const int64_t nc = ic1 - ic0, g = s->rk2, DK = s->DK;
+  uint16_t *Qh = (uint16_t *)(dots + g * nc);
+  for (int64_t j = 0; j < g; j++)
+    le_fp32_to_fp16_row((const float *)fa_at(q, 0, h0 + j, 0), Qh + j * DK, DK);
+  const char *kb = fa_at(k, ic0, h0 / g, 0);
+  for (int64_t j = 0; j < g;) {
+    const int ny = g - j >= 4 ? 4 : 1;
+    const void *ys[4];
+    float *outs[4];
+    for (int t = 0; t < ny; t++) ys[t] = Qh + (j + t) * DK, outs[t] = dots + (j + t) * nc;
+    rows(DK, nc, kb, (size_t)k->nb[1], ny, ys, outs);
+    j += ny;
+  }
+}
+
+/* fa_one_row's partials (pt[j]: M, S, VKQ) of query heads h0 .. h0+nh-1,
+ * which share one K and V head, over cells [ic0, ic1), their dots
+ * precomputed (dots + j * (ic1 - ic0)), by a kernel that takes the heads
+ * together (le_fa_cells_f16_heads). vkq: room for nh f16 rows of DV. */
+static void fa_rows_heads(const le_node *n, const fa_shape *s, le_fa_heads_fn heads, int nh,
+                          int64_t h0, int64_t ic0, int64_t ic1, const float *dots,
+                          float *const *pt, uint16_t *vkq) {
+  const le_tensor *k = &n->src[1], *v = &n->src[2];
+  le_fa_row r[4];
+  uint16_t *V16[4];
+  float S[4], M[4];
+  for (int j = 0; j < nh; j++) {
+    const int64_t h = h0 + j;
+    r[j] = (le_fa_row){.DK = s->DK,
+                       .DV = s->DV,
+                       .scale = s->scale,
+                       .slope = fa_slope(s, (uint32_t)h),
+                       .kb = fa_at(k, 0, h / s->rk2, 0),
+                       .vb = fa_at(v, 0, h / s->rv2, 0),
+                       .kst = (size_t)k->nb[1],
+                       .vst = (size_t)v->nb[1],
+                       .mp = fa_mask_row(n, 0, h, 0),
+                       .dots = dots + j * (ic1 - ic0),
+                       .dots0 = ic0};
+    V16[j] = vkq + j * s->DV;
+    memset(V16[j], 0, (size_t)s->DV * 2);
+    S[j] = 0.0f, M[j] = -INFINITY;
+  }
+  heads(r, ic0, ic1, V16, S, M);
+  for (int j = 0; j < nh; j++) {
+    pt[j][0] = M[j], pt[j][1] = S[j];
+    for (int64_t d = 0; d < s->DV; d++) pt[j][2 + d] = le_fp16_to_fp32(V16[j][d]);
+  }
+}
+
 /* ggml_flash_attn_ext_reduce_partials: heads ith, ith + nth, ... */
 static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_params *p,
                       const float *partials, int64_t chunk, float *work) {
@@ -462,13 +549,33 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
     const int64_t nth = p->nth, chunk = (s.nek1 + nth - 1) / nth, psize = 2 + s.DV;
     float *partials = (float *)((char *)p->wdata + tb * (size_t)nth);
     const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, s.nek1);
+    const le_f16_rows_fn rows = fa_dots_fn(n, &s);
+    float *scratch = (float *)((char *)partials + fa_partials_bytes(n, p->nth)) +
+                     fa_dots_floats(n, p->nth) * (size_t)p->ith;
+    uint16_t *vkq = (uint16_t *)scratch;
+    float *dots = scratch + 2 * s.DV;
+    /* the heads of one K/V head together where a kernel takes them so */
+    int gh = 0;
+    const le_fa_heads_fn heads = rows && v->type == LE_TYPE_F16 && s.rv2 == s.rk2 &&
+                                         fa_use_avx2(s.fused)
+                                     ? le_fa_cells_f16_heads(s.DV, &gh)
+                                     : NULL;
+    const int grouped = heads && s.rk2 % gh == 0;
     for (int64_t h = 0; h < s.neq2; h++) {
       float *pt = partials + (h * nth + p->ith) * psize;
-      if (ic0 < s.nek1) {
-        fa_one_row(n, &s, h, ic0, ic1, work, pt);
-      } else {
+      if (ic0 >= s.nek1) {
         pt[0] = -INFINITY;
         pt[1] = 0.0f;
+        continue;
+      }
+      if (rows && h % s.rk2 == 0) fa_split_dots(n, &s, rows, h, ic0, ic1, dots);
+      const float *hd = rows ? dots + (h % s.rk2) * (ic1 - ic0) : NULL;
+      if (!grouped) {
+        fa_one_row(n, &s, h, ic0, ic1, work, pt, hd);
+      } else if (h % gh == 0) {
+        float *pts[4];
+        for (int j = 0; j < gh; j++) pts[j] = partials + ((h + j) * nth + p->ith) * psize;
+        fa_rows_heads(n, &s, heads, gh, h, ic0, ic1, hd, pts, vkq);
       }
     }
     if (nth > 1) le_barrier(p->ctx);
@@ -483,7 +590,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
   const int64_t dr = (nr + p->nth - 1) / p->nth;
   const int64_t r0 = LE_MIN(dr * p->ith, nr), r1 = LE_MIN(r0 + dr, nr);
   if (!tiled) {
-    for (int64_t ir = r0; ir < r1; ir++) fa_one_row(n, &s, ir, 0, s.nek1, work, NULL);
+    for (int64_t ir = r0; ir < r1; ir++) fa_one_row(n, &s, ir, 0, s.nek1, work, NULL, NULL);
     return;
   }
   /* blocks of up to 64 consecutive tokens of one head */

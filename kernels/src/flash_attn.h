@@ -8,7 +8,9 @@ void le_fa_scale_f16(int64_t n, uint16_t *y, float v);
 
 /* What the cell loop of one query row reads: the kq dot of DK elements
  * against Q_q, K and V rows kst and vst bytes apart from kb and vb (V: DV
- * f16 values), the mask row mp (NULL: none) times slope, the KQ scale. */
+ * f16 values), the mask row mp (NULL: none) times slope, the KQ scale.
+ * Where dots is given, dots[ic - dots0] is cell ic's kq dot, computed
+ * beforehand (the same chain; le_flash_attn's split path). */
 typedef struct {
   int64_t DK, DV;
   float scale, slope;
@@ -17,7 +19,17 @@ typedef struct {
   const char *kb, *vb;
   size_t kst, vst;
   const uint16_t *mp;
+  const float *dots;
+  int64_t dots0;
 } le_fa_row;
+
+/* Cell ic's kq dot: precomputed, or by kq_dot. */
+static inline float le_fa_dot(const le_fa_row *r, int64_t ic) {
+  if (r->dots) return r->dots[ic - r->dots0];
+  float sc;
+  r->kq_dot(r->DK, &sc, r->kb + ic * r->kst, r->Q_q);
+  return sc;
+}
 
 /* Cells [ic0, ic1) of a row over an F16 V cache: online softmax (*pS, *pM)
  * and the f16 accumulator VKQ16. */
@@ -26,6 +38,12 @@ typedef void (*le_fa_cells_fn)(const le_fa_row *r, int64_t ic0, int64_t ic1, uin
 
 /* The cell loop for heads of DV values at the current SIMD level, or NULL. */
 le_fa_cells_fn le_fa_cells_f16(int64_t DV);
+
+/* The same for *nh query heads at once (r[h], VKQ16[h], pS[h], pM[h]) that
+ * share one V head, their dots precomputed; NULL where there is none. */
+typedef void (*le_fa_heads_fn)(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                               uint16_t *const *VKQ16, float *pS, float *pM);
+le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh);
 
 #if defined(LE_X86)
 /* y = fp16(fma(x, v, y)), 8 at a time (flash_attn_x86.c). */

@@ -4,6 +4,8 @@
  * and ggml_compute_forward_flash_attn_ext_f16_one_chunk take it. */
 #include "flash_attn.h"
 
+#include <stdatomic.h>
+
 #if defined(LE_X86)
 /* VKQ16 += x * v: fp16(fma(x, v, y)) per element, rounded to nearest (the
  * same fma and the same round-to-nearest f16 conversion as ggml's 16-wide
@@ -27,8 +29,7 @@ LE_TARGET_AVX2 static inline __attribute__((always_inline)) int
 fa_cell_step(const le_fa_row *r, int64_t ic, float *M, float *S, float *ms, float *vs) {
   const float mv = r->mp ? r->slope * _cvtsh_ss(r->mp[ic]) : 0.0f;
   if (mv == -INFINITY) return 0;
-  float sc;
-  r->kq_dot(r->DK, &sc, r->kb + ic * r->kst, r->Q_q);
+  float sc = le_fa_dot(r, ic);
   sc = sc * r->scale;
   sc += mv;
   const float Mold = *M;
@@ -114,6 +115,222 @@ LE_TARGET_AVX512 static void fa_cells_f16_reg8(const le_fa_row *r, int64_t ic0, 
   fa_cells_reg(8, r, ic0, ic1, VKQ16, pS, pM);
 }
 
+/* ---- expf, 8 lanes at a time, as libm computes it ----
+ * ggml's flash attention calls libm's expf once per cell; glibc's (since
+ * 2.28, sysdeps/ieee754/flt-32/e_expf.c) evaluates in double, and on FMA
+ * CPUs libm runs the build with contracted multiply-adds (__expf_fma, read
+ * from the objdump of Debian 12's libm): kd = fma(InvLn2N, x, SHIFT) -
+ * SHIFT, r = fma(InvLn2N, x, -kd), s from a table of 32, then fma(fma(C0,
+ * r, C1), r*r, fma(C2, r, 1)) * s, rounded to float. The same steps in
+ * double lanes give the same bits; |x| >= 88 and NaN take libm's expf. A
+ * libm that computes otherwise (another C library, no FMA) is caught by a
+ * self-check against expf at first use, and the cell loop then calls expf
+ * as before (fa_vexpf_ok); tests/flash_attn_test.ts compares the two over
+ * a sweep of floats (le_expf_mismatches). */
+static const uint64_t EXPF_T[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+#define EXPF_INVLN2N 0x40471547652b82feull /* 0x1.71547652b82fep+0 * 32 */
+#define EXPF_C0 0x3ebc6af84b912394ull      /* 0x1.c6af84b912394p-5 / 32^3 */
+#define EXPF_C1 0x3f2ebfce50fac4f3ull      /* 0x1.ebfce50fac4f3p-3 / 32^2 */
+#define EXPF_C2 0x3f962e42ff0c52d6ull      /* 0x1.62e42ff0c52d6p-1 / 32 */
+#define EXPF_SHIFT 0x4338000000000000ull   /* 0x1.8p+52 */
+
+/* y[i] = expf(x[i]) for i < n (n <= 32). */
+LE_TARGET_AVX512 static void fa_vexpf(const float *x, float *y, int n) {
+#define D(bits) _mm512_castsi512_pd(_mm512_set1_epi64((long long)(bits)))
+  const __m512d invln2n = D(EXPF_INVLN2N), shift = D(EXPF_SHIFT), c0 = D(EXPF_C0),
+                c1 = D(EXPF_C1), c2 = D(EXPF_C2), one = _mm512_set1_pd(1.0);
+#undef D
+  for (int i = 0; i < n; i += 8) {
+    const __mmask8 k = (__mmask8)((1u << LE_MIN(8, n - i)) - 1);
+    const __m256 xf = _mm256_maskz_loadu_ps(k, x + i);
+    const __m512d xd = _mm512_cvtps_pd(xf);
+    const __m512d kds = _mm512_fmadd_pd(invln2n, xd, shift);
+    const __m512i ki = _mm512_castpd_si512(kds);
+    const __m512d kd = _mm512_sub_pd(kds, shift);
+    const __m512d r = _mm512_fmsub_pd(invln2n, xd, kd);
+    __m512i t = _mm512_i64gather_epi64(_mm512_and_si512(ki, _mm512_set1_epi64(31)),
+                                       (const void *)EXPF_T, 8);
+    t = _mm512_add_epi64(t, _mm512_slli_epi64(ki, 47));
+    const __m512d z = _mm512_fmadd_pd(r, c0, c1);
+    const __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d p = _mm512_fmadd_pd(r, c2, one);
+    p = _mm512_mul_pd(_mm512_fmadd_pd(z, r2, p), _mm512_castsi512_pd(t));
+    _mm256_mask_storeu_ps(y + i, k, _mm512_cvtpd_ps(p));
+    /* |x| >= 88 (top12 & 0x7ff >= 0x42b), infinities and NaN: libm's own path */
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(xf), 20),
+                                         _mm256_set1_epi32(0x7ff));
+    unsigned big = k & _mm256_cmpgt_epi32_mask(top, _mm256_set1_epi32(0x42a));
+    while (big) {
+      const int l = __builtin_ctz(big);
+      y[i + l] = expf(x[i + l]);
+      big &= big - 1;
+    }
+  }
+}
+
+/* Whether fa_vexpf gives libm's expf bits here, checked once over a spread
+ * of floats (a different libm, or one without the FMA build, fails it). */
+static int fa_vexpf_ok(void) {
+  static _Atomic int ok = -1;
+  int v = atomic_load_explicit(&ok, memory_order_relaxed);
+  if (v >= 0) return v;
+  v = 1;
+  float x[32], y[32];
+  for (uint32_t i = 0; i < 4096 && v; i++) {
+    for (int l = 0; l < 32; l++) { /* bit patterns over [-110, 90], both signs */
+      const uint32_t b = (i * 32 + (uint32_t)l) * 8209u % 0x42b40000u;
+      uint32_t bits = b | (l & 1 ? 0x80000000u : 0);
+      memcpy(&x[l], &bits, 4);
+    }
+    fa_vexpf(x, y, 32);
+    for (int l = 0; l < 32; l++) {
+      const float e = expf(x[l]);
+      if (memcmp(&e, &y[l], 4)) v = 0;
+    }
+  }
+  atomic_store_explicit(&ok, v, memory_order_relaxed);
+  return v;
+}
+
+int64_t le_expf_mismatches(uint32_t lo, uint32_t hi, uint32_t step) {
+  if (le_simd() != LE_SIMD_AVX512 || !step || !fa_vexpf_ok()) return -1;
+  int64_t bad = 0;
+  float x[32], y[32];
+  for (uint64_t b = lo; b <= hi;) {
+    int n = 0;
+    for (; n < 32 && b <= hi; n++, b += step) {
+      const uint32_t bits = (uint32_t)b;
+      memcpy(&x[n], &bits, 4);
+    }
+    fa_vexpf(x, y, n);
+    for (int l = 0; l < n; l++) {
+      const float e = expf(x[l]);
+      bad += memcmp(&e, &y[l], 4) != 0;
+    }
+  }
+  return bad;
+}
+
+/* fa_cells_reg for NH query heads that share one V head (their dots
+ * precomputed): the heads' scalar steps for a block of cells, then each
+ * cell's V row widened once and added to every head's VKQ. Per head the
+ * same operations in the same order as fa_cells_reg; across heads they are
+ * independent, so the heads' f16 round trips (fma, then RNE to f16 and
+ * back: a long latency per cell in one head's chain) overlap. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+fa_cells_heads(const int NV, const int NH, const le_fa_row *r, int64_t ic0, int64_t ic1,
+               uint16_t *const *VKQ16, float *pS, float *pM) {
+#define FA_RNE(x) _mm512_cvtph_ps(_mm512_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT))
+  __m512 acc[4][8];
+  float S[4], M[4];
+  const int vexp = fa_vexpf_ok();
+#pragma GCC unroll 4
+  for (int h = 0; h < NH; h++) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; j++)
+      acc[h][j] =
+          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(VKQ16[h] + 16 * j)));
+    S[h] = pS[h], M[h] = pM[h];
+  }
+  for (int64_t c0 = ic0; c0 < ic1; c0 += FA_CELL_BLOCK) {
+    const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
+    float vsb[4][FA_CELL_BLOCK], msb[4][FA_CELL_BLOCK];
+    uint8_t use[4][FA_CELL_BLOCK];
+    /* the block's V rows are read after its scalar steps: ask for them first */
+    for (int c = 0; c < nc; c++)
+      for (int64_t o = 0; o < 2 * 16 * NV; o += 64)
+        __builtin_prefetch(r[0].vb + (c0 + c) * r[0].vst + o, 0, 3);
+    for (int h = 0; h < NH; h++) {
+      float Sh = S[h], Mh = M[h]; /* in registers over the block */
+      if (!vexp) {
+        for (int c = 0; c < nc; c++)
+          use[h][c] = (uint8_t)fa_cell_step(&r[h], c0 + c, &Mh, &Sh, &msb[h][c], &vsb[h][c]);
+        S[h] = Sh, M[h] = Mh;
+        continue;
+      }
+      /* fa_cell_step in three passes: the scores and the running maximum
+       * (each exp's argument), the block's exps at once, then S */
+      float arg[FA_CELL_BLOCK], e[FA_CELL_BLOCK];
+      for (int c = 0; c < nc; c++) {
+        const float mv = r[h].mp ? r[h].slope * _cvtsh_ss(r[h].mp[c0 + c]) : 0.0f;
+        arg[c] = 0.0f;
+        use[h][c] = 0;
+        if (mv == -INFINITY) continue;
+        float sc = le_fa_dot(&r[h], c0 + c);
+        sc = sc * r[h].scale;
+        sc += mv;
+        if (sc > Mh) {
+          arg[c] = Mh - sc; /* ms = expf(Mold - M) */
+          Mh = sc;
+          use[h][c] = 2;
+        } else {
+          arg[c] = sc - Mh; /* vs = expf(sc - M) */
+          use[h][c] = 1;
+        }
+      }
+      fa_vexpf(arg, e, nc);
+      for (int c = 0; c < nc; c++) {
+        if (!use[h][c]) continue;
+        msb[h][c] = use[h][c] == 2 ? e[c] : 1.0f;
+        vsb[h][c] = use[h][c] == 2 ? 1.0f : e[c];
+        Sh = Sh * msb[h][c] + vsb[h][c]; /* not contracted, as in ggml */
+      }
+      S[h] = Sh, M[h] = Mh;
+    }
+    for (int c = 0; c < nc; c++) {
+      const uint16_t *x = (const uint16_t *)(const void *)(r[0].vb + (c0 + c) * r[0].vst);
+      __m512 v[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; j++)
+        v[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(x + 16 * j)));
+#pragma GCC unroll 4
+      for (int h = 0; h < NH; h++) {
+        if (!use[h][c]) continue;
+        if (use[h][c] == 2) {
+          const __m512 m = _mm512_set1_ps(msb[h][c]);
+#pragma GCC unroll 8
+          for (int j = 0; j < NV; j++) acc[h][j] = FA_RNE(_mm512_mul_ps(acc[h][j], m));
+        }
+        const __m512 w = _mm512_set1_ps(vsb[h][c]);
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; j++) acc[h][j] = FA_RNE(_mm512_fmadd_ps(v[j], w, acc[h][j]));
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < NH; h++) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; j++)
+      _mm256_storeu_si256((__m256i *)(void *)(VKQ16[h] + 16 * j),
+                          _mm512_cvtps_ph(acc[h][j], _MM_FROUND_TO_NEAREST_INT));
+    pS[h] = S[h], pM[h] = M[h];
+  }
+#undef FA_RNE
+}
+
+LE_TARGET_AVX512 static void fa_cells_f16_heads4(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                                 uint16_t *const *VKQ16, float *pS, float *pM) {
+  fa_cells_heads(4, 4, r, ic0, ic1, VKQ16, pS, pM);
+}
+LE_TARGET_AVX512 static void fa_cells_f16_heads2(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                                 uint16_t *const *VKQ16, float *pS, float *pM) {
+  fa_cells_heads(8, 2, r, ic0, ic1, VKQ16, pS, pM);
+}
+
+le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh) {
+  if (le_simd() == LE_SIMD_AVX512 && DV == 64) return *nh = 4, fa_cells_f16_heads4;
+  if (le_simd() == LE_SIMD_AVX512 && DV == 128) return *nh = 2, fa_cells_f16_heads2;
+  return NULL;
+}
+
 le_fa_cells_fn le_fa_cells_f16(int64_t DV) {
   if (le_simd() == LE_SIMD_AVX512 && DV == 64) return fa_cells_f16_reg4;
   if (le_simd() == LE_SIMD_AVX512 && DV == 128) return fa_cells_f16_reg8;
@@ -123,5 +340,13 @@ le_fa_cells_fn le_fa_cells_f16(int64_t DV) {
 le_fa_cells_fn le_fa_cells_f16(int64_t DV) {
   (void)DV;
   return NULL;
+}
+le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh) {
+  (void)DV, (void)nh;
+  return NULL;
+}
+int64_t le_expf_mismatches(uint32_t lo, uint32_t hi, uint32_t step) {
+  (void)lo, (void)hi, (void)step;
+  return -1;
 }
 #endif

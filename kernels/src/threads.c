@@ -136,9 +136,11 @@ struct le_ctx {
   char error[512]; /* le_ctx_error */
   /* LE_PROFILE=1: thread 0's wall time per op (node + its barrier), printed at free */
   int profile;
-  double prof_ns[LE_OP_COUNT];
-  long prof_n[LE_OP_COUNT];
-  double prof_bytes[LE_OP_COUNT]; /* src0 bytes, for a bandwidth figure */
+  /* per op, and one more slot (PROF_ATTN) for MUL_MAT over a 3-D src0:
+   * attention's KQ and KQV, apart from the weights' products */
+  double prof_ns[LE_OP_COUNT + 1];
+  long prof_n[LE_OP_COUNT + 1];
+  double prof_bytes[LE_OP_COUNT + 1]; /* src0 bytes, for a bandwidth figure */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
@@ -256,9 +258,13 @@ static double le_now_ns(void) {
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+#define PROF_ATTN LE_OP_COUNT
+
 static void le_prof_add(le_ctx *ctx, int i, double ns, int count) {
-  const int op = ctx->nodes[i].op;
+  int op = ctx->nodes[i].op;
   if (op < 0 || op >= LE_OP_COUNT) return;
+  if (op == LE_OP_MUL_MAT && (ctx->nodes[i].src[0].ne[2] > 1 || ctx->nodes[i].src[0].ne[3] > 1))
+    op = PROF_ATTN;
   ctx->prof_ns[op] += ns;
   if (!count) return;
   ctx->prof_n[op]++;
@@ -369,10 +375,11 @@ void le_ctx_free(le_ctx *ctx) {
               (double)atomic_load(&ctx->n_sleeps) / (double)ctx->n_computes,
               ctx->setup_ns / 1e3 / (double)ctx->n_computes, (long long)ctx->n_solo);
     double tot = 0;
-    for (int i = 0; i < LE_OP_COUNT; i++) tot += ctx->prof_ns[i];
-    for (int i = 0; i < LE_OP_COUNT; i++)
+    for (int i = 0; i <= PROF_ATTN; i++) tot += ctx->prof_ns[i];
+    for (int i = 0; i <= PROF_ATTN; i++)
       if (ctx->prof_n[i])
-        fprintf(stderr, "le_profile op %2d: %10.3f ms %5.1f%% (%ld nodes, src0 %.2f GB/s)\n", i,
+        fprintf(stderr, "le_profile op %2d%s: %10.3f ms %5.1f%% (%ld nodes, src0 %.2f GB/s)\n",
+                i == PROF_ATTN ? LE_OP_MUL_MAT : i, i == PROF_ATTN ? " (3-D src0)" : "",
                 ctx->prof_ns[i] / 1e6, 100 * ctx->prof_ns[i] / tot, ctx->prof_n[i],
                 ctx->prof_bytes[i] / ctx->prof_ns[i]);
   }

@@ -1,0 +1,122 @@
+/* Micro-benchmark of decode attention over an F16 cache of D cells, for
+ * every layer of TinyLlama's shape (22 layers, 32 query heads, 4 KV heads,
+ * heads of 64; K cells of 256 halves), nodes as lib/model/arch/builder.ts
+ * emits them: unfused, the KQ mul_mat, the softmax and the KQV mul_mat (V
+ * stored transposed); with `fa`, one FLASH_ATTN_EXT (V as K).
+ *
+ *   make -C kernels cpu && cc -O2 -Ikernels/include bench/attn.c \
+ *     -Lbuild -lllm_edge -Wl,-rpath,$PWD/build -o /tmp/attn
+ *   /tmp/attn [depth=2048] [threads=2] [reps=50] [layers=22] [fa]
+ *
+ * For an A/B, run the binary with LD_LIBRARY_PATH (or LD_PRELOAD) pointing
+ * at another build, alternately. Prints the median ms per token of all
+ * layers' attention, and the cache bytes read per second. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "llm_edge.h"
+
+enum { NH = 32, NKV = 4, HD = 64 };
+static int LAYERS = 22;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint16_t half(float f) { /* small normal values only */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  const uint32_t s = (x >> 16) & 0x8000;
+  const int e = (int)((x >> 23) & 0xff) - 127 + 15;
+  if (e <= 0) return (uint16_t)s;
+  return (uint16_t)(s | (uint32_t)e << 10 | ((x >> 13) & 0x3ff));
+}
+
+static le_tensor tensor(int32_t type, int64_t ne0, int64_t ne1, int64_t ne2, int64_t nb1,
+                        int64_t nb2, const void *data) {
+  const int64_t es = type == 1 ? 2 : 4;
+  le_tensor t = {.type = type, .ne = {ne0, ne1, ne2, 1}, .nb = {es, nb1, nb2, nb2 * ne2}};
+  t.data = (uint64_t)(uintptr_t)data;
+  return t;
+}
+
+static int cmp(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  const int64_t D = argc > 1 ? atol(argv[1]) : 2048;
+  const int threads = argc > 2 ? atoi(argv[2]) : 2;
+  const int reps = argc > 3 ? atoi(argv[3]) : 50;
+  if (argc > 4) LAYERS = atoi(argv[4]);
+  const int fa = argc > 5 && !strcmp(argv[5], "fa");
+  const int64_t cells = (D + 255) / 256 * 256; /* the cache's size, padded */
+  const size_t kbytes = (size_t)cells * NKV * HD * 2;
+  le_node *nodes = calloc(3 * LAYERS, sizeof(le_node));
+  float *q = le_alloc((size_t)LAYERS * NH * HD * 4, 64);
+  float *kq = le_alloc((size_t)LAYERS * NH * D * 4, 64);
+  float *kqv = le_alloc((size_t)LAYERS * NH * HD * 4, 64);
+  float *mask = le_alloc((size_t)D * 4, 64); /* zeros: F32 or F16 */
+  srand(1);
+  for (int64_t i = 0; i < (int64_t)LAYERS * NH * HD; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
+  for (int l = 0; l < LAYERS; l++) {
+    uint16_t *k = le_alloc(kbytes, 64), *v = le_alloc(kbytes, 64);
+    for (size_t i = 0; i < kbytes / 2; i++) {
+      k[i] = half((float)rand() / RAND_MAX - 0.5f);
+      v[i] = half((float)rand() / RAND_MAX - 0.5f);
+    }
+    le_node *n = nodes + (fa ? 1 : 3) * l;
+    float *ql = q + (size_t)l * NH * HD, *kql = kq + (size_t)l * NH * D;
+    float *kqvl = kqv + (size_t)l * NH * HD;
+    if (fa) { /* softmax(q k * scale + mask) v: dst [HD, NH, 1] */
+      n[0].op = LE_OP_FLASH_ATTN_EXT, n[0].n_src = 4;
+      n[0].src[0] = tensor(0, HD, 1, NH, HD * 4, HD * 4, ql);
+      n[0].src[1] = tensor(1, HD, D, NKV, NKV * HD * 2, HD * 2, k);
+      n[0].src[2] = tensor(1, HD, D, NKV, NKV * HD * 2, HD * 2, v);
+      n[0].src[3] = tensor(1, D, 1, 1, D * 2, D * 2, mask);
+      n[0].dst = tensor(0, HD, NH, 1, HD * 4, HD * NH * 4, kqvl);
+      const float scale = 0.125f;
+      memcpy(&n[0].params[0], &scale, 4);
+      continue;
+    }
+    /* kq = k [HD, D, NKV] (cells of NKV*HD halves) x q [HD, 1, NH] */
+    n[0].op = LE_OP_MUL_MAT, n[0].n_src = 2;
+    n[0].src[0] = tensor(1, HD, D, NKV, NKV * HD * 2, HD * 2, k);
+    n[0].src[1] = tensor(0, HD, 1, NH, HD * 4, HD * 4, ql);
+    n[0].dst = tensor(0, D, 1, NH, D * 4, D * 4, kql);
+    /* softmax(kq * scale + mask) */
+    n[1].op = LE_OP_SOFT_MAX, n[1].n_src = 2;
+    n[1].src[0] = n[0].dst;
+    n[1].src[1] = tensor(0, D, 1, 1, D * 4, D * 4, mask);
+    n[1].dst = n[0].dst;
+    const float scale = 0.125f;
+    memcpy(&n[1].params[0], &scale, 4);
+    /* kqv = v^T [D, HD, NKV] (rows of `cells` halves) x kq [D, 1, NH] */
+    n[2].op = LE_OP_MUL_MAT, n[2].n_src = 2;
+    n[2].src[0] = tensor(1, D, HD, NKV, cells * 2, cells * 2 * HD, v);
+    n[2].src[1] = n[0].dst;
+    n[2].dst = tensor(0, HD, 1, NH, HD * 4, HD * 4, kqvl);
+  }
+  le_ctx *ctx = le_ctx_new(threads);
+  double *t = calloc((size_t)reps, sizeof(double));
+  for (int r = -3; r < reps; r++) {
+    const double t0 = now();
+    if (le_graph_compute(ctx, nodes, (fa ? 1 : 3) * LAYERS)) {
+      fprintf(stderr, "compute failed: %s\n", le_ctx_error(ctx));
+      return 1;
+    }
+    if (r >= 0) t[r] = now() - t0;
+  }
+  qsort(t, (size_t)reps, sizeof(double), cmp);
+  const double bytes = (double)LAYERS * 2 * D * NKV * HD * 2;
+  printf("%sdepth %lld threads %d: %.3f ms/token (min %.3f), %.1f GB/s of K and V\n", fa ? "fa " : "", (long long)D,
+         threads, t[reps / 2] * 1e3, t[0] * 1e3, bytes / t[reps / 2] / 1e9);
+  le_ctx_free(ctx);
+  return 0;
+}
