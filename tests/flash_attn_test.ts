@@ -168,6 +168,30 @@ const CASES: FaCase[] = [
     mask: "sparse",
     threads: 3,
   },
+  // Tiled, heads of 64 and 128: at AVX-512 the products take four query
+  // rows at a time, and rows left over one at a time.
+  {
+    name: "tiled f16, head 128, 130 tokens",
+    d: 128,
+    n: 130,
+    nHead: 2,
+    nHeadKv: 1,
+    nKv: 300,
+    kvType: F16,
+    mask: "causal",
+    threads: 2,
+  },
+  {
+    name: "tiled f16, head 64, 67 tokens, sparse mask",
+    d: 64,
+    n: 67,
+    nHead: 4,
+    nHeadKv: 1,
+    nKv: 190,
+    kvType: F16,
+    mask: "sparse",
+    threads: 3,
+  },
   {
     name: "split kv f16, 4 threads",
     d: 32,

@@ -107,26 +107,6 @@ LE_TARGET_AVX2 static void fa_mad_f32_avx2(int64_t n, float *y, const float *x, 
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
   for (; i < n; i++) y[i] = fmaf(x[i], v, y[i]);
 }
-/* kq[tk] (tk < 64) = fma chain over dk of Kt[dk][tk] * q[dk], from 0 */
-LE_TARGET_AVX2 static void fa_kq_tile_avx2(int64_t DK, const float *Kt, const float *q, float *kq) {
-  __m256 a[8];
-  for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
-  for (int64_t dk = 0; dk < DK; dk++) {
-    const __m256 qv = _mm256_set1_ps(q[dk]);
-    const float *kr = Kt + dk * 64;
-    for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 8 * j), qv, a[j]);
-  }
-  for (int j = 0; j < 8; j++) _mm256_storeu_ps(kq + 8 * j, a[j]);
-}
-/* acc[d] = fma chain over tk < 64 of Vt[tk][d] * w[tk], from acc[d] (DV % 8 == 0) */
-LE_TARGET_AVX2 static void fa_vacc_tile_avx2(int64_t DV, const float *Vt, const float *w, float *acc) {
-  for (int64_t d = 0; d < DV; d += 8) {
-    __m256 a = _mm256_loadu_ps(acc + d);
-    for (int tk = 0; tk < 64; tk++)
-      a = _mm256_fmadd_ps(_mm256_loadu_ps(Vt + tk * DV + d), _mm256_set1_ps(w[tk]), a);
-    _mm256_storeu_ps(acc + d, a);
-  }
-}
 #endif
 
 static inline int fa_use_avx2(int fused) {
@@ -166,7 +146,7 @@ static void fa_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float v, int f
 static void fa_kq_tile(int64_t DK, const float *Kt, const float *q, float *kq, int fused) {
 #if defined(LE_X86)
   if (fa_use_avx2(fused)) {
-    fa_kq_tile_avx2(DK, Kt, q, kq);
+    le_fa_kq_tile_avx2(DK, Kt, q, kq);
     return;
   }
 #endif
@@ -179,7 +159,7 @@ static void fa_kq_tile(int64_t DK, const float *Kt, const float *q, float *kq, i
 static void fa_vacc_tile(int64_t DV, const float *Vt, const float *w, float *acc, int fused) {
 #if defined(LE_X86)
   if (fa_use_avx2(fused) && DV % 8 == 0) {
-    fa_vacc_tile_avx2(DV, Vt, w, acc);
+    le_fa_vacc_tile_avx2(DV, Vt, w, acc);
     return;
   }
 #endif
@@ -416,10 +396,17 @@ static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int6
     /* padded cells: weight 0 below, so any finite value will do */
     for (int tk = kv_tile; tk < FA_TILE_KV; tk++) memset(Vt + tk * DV, 0, (size_t)DV * 4);
 
-    for (int64_t t = 0; t < nr; t++) {
-      if (!live[t]) continue;
+    /* Each row's steps as ggml takes them, the two products for several
+     * rows at once where a kernel does so (each element's chain the same) */
+    int rows[FA_TILE_Q], nl = 0, nv = 0;
+    for (int t = 0; t < (int)nr; t++)
+      if (live[t]) rows[nl++] = t;
+    if (!(fused && le_fa_kq_rows(DK, Kt, Qf, KQ, rows, nl)))
+      for (int i = 0; i < nl; i++) /* simd_gemm: fma chains from 0 */
+        fa_kq_tile(DK, Kt, Qf + rows[i] * DK, KQ + rows[i] * FA_TILE_KV, fused);
+    for (int i = 0; i < nl; i++) {
+      const int t = rows[i];
       float *kq = KQ + t * FA_TILE_KV;
-      fa_kq_tile(DK, Kt, Qf + t * DK, kq, fused); /* simd_gemm: fma chains from 0 */
       for (int tk = 0; tk < FA_TILE_KV; tk++) kq[tk] *= s->scale;
       for (int tk = kv_tile; tk < FA_TILE_KV; tk++) kq[tk] = -INFINITY;
       if (mp[t]) {
@@ -438,8 +425,11 @@ static void fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int6
       }
       M[t] = Mnew;
       S[t] += le_vec_soft_max_f32(FA_TILE_KV, kq, kq, Mnew); /* float += double */
-      fa_vacc_tile(DV, Vt, kq, VKQ + t * DV, fused);        /* simd_gemm over the tile */
+      rows[nv++] = t; /* rows[] past nv is read no more */
     }
+    if (!(fused && le_fa_vacc_rows(DV, Vt, KQ, VKQ, rows, nv)))
+      for (int i = 0; i < nv; i++) /* simd_gemm over the tile */
+        fa_vacc_tile(DV, Vt, KQ + rows[i] * FA_TILE_KV, VKQ + rows[i] * DV, fused);
   }
   for (int64_t t = 0; t < nr; t++) {
     const float S_inv = S[t] == 0.0f ? 0.0f : 1.0f / S[t];

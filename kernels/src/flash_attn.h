@@ -45,7 +45,19 @@ typedef void (*le_fa_heads_fn)(const le_fa_row *r, int64_t ic0, int64_t ic1,
                                uint16_t *const *VKQ16, float *pS, float *pM);
 le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh);
 
+/* The tiled path's products for query rows rows[0..n) of a tile of 64
+ * cells, four rows at a time (flash_attn_x86.c; 0: not done, take them
+ * one by one): KQ[t][tk] = fma chain over dk of Kt[dk][tk] * Q[t][dk] from
+ * 0, and VKQ[t][d] = fma chain over tk of Vt[tk][d] * W[t][tk] from
+ * VKQ[t][d] (rows of KQ and W 64 apart, of Q DK, of VKQ DV). */
+int le_fa_kq_rows(int64_t DK, const float *Kt, const float *Q, float *KQ, const int *rows, int n);
+int le_fa_vacc_rows(int64_t DV, const float *Vt, const float *W, float *VKQ, const int *rows,
+                    int n);
+
 #if defined(LE_X86)
+/* The tiled path's products of one query row, 8 lanes wide (flash_attn_x86.c). */
+void le_fa_kq_tile_avx2(int64_t DK, const float *Kt, const float *q, float *kq);
+void le_fa_vacc_tile_avx2(int64_t DV, const float *Vt, const float *w, float *acc);
 /* y = fp16(fma(x, v, y)), 8 at a time (flash_attn_x86.c). */
 void le_fa_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x, float v);
 #endif

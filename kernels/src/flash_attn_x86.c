@@ -21,6 +21,26 @@ LE_TARGET_AVX2 void le_fa_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x
   for (; i < n; i++)
     y[i] = le_fp32_to_fp16(fmaf(le_fp16_to_fp32(x[i]), v, le_fp16_to_fp32(y[i])));
 }
+/* kq[tk] (tk < 64) = fma chain over dk of Kt[dk][tk] * q[dk], from 0 */
+LE_TARGET_AVX2 void le_fa_kq_tile_avx2(int64_t DK, const float *Kt, const float *q, float *kq) {
+  __m256 a[8];
+  for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+  for (int64_t dk = 0; dk < DK; dk++) {
+    const __m256 qv = _mm256_set1_ps(q[dk]);
+    const float *kr = Kt + dk * 64;
+    for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 8 * j), qv, a[j]);
+  }
+  for (int j = 0; j < 8; j++) _mm256_storeu_ps(kq + 8 * j, a[j]);
+}
+/* acc[d] = fma chain over tk < 64 of Vt[tk][d] * w[tk], from acc[d] (DV % 8 == 0) */
+LE_TARGET_AVX2 void le_fa_vacc_tile_avx2(int64_t DV, const float *Vt, const float *w, float *acc) {
+  for (int64_t d = 0; d < DV; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    for (int tk = 0; tk < 64; tk++)
+      a = _mm256_fmadd_ps(_mm256_loadu_ps(Vt + tk * DV + d), _mm256_set1_ps(w[tk]), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
+}
 /* One cell's scalar steps (mask, kq dot, the online softmax's M and S), as
  * flash_attn.c's portable loop takes them: 0 when the mask drops the cell;
  * else 1, or 2 when the maximum rose and VKQ must first be scaled by *ms;
@@ -219,6 +239,111 @@ int64_t le_expf_mismatches(uint32_t lo, uint32_t hi, uint32_t step) {
   return bad;
 }
 
+/* le_fa_kq_rows / le_fa_vacc_rows at AVX-512: four rows share each load
+ * of the K or V tile (16 accumulators); every element keeps its own fma
+ * chain in ggml's order, so the lane width and the row grouping change
+ * nothing. Leftover rows go one at a time through the same code. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+fa_kq4(const int NR, int64_t DK, const float *Kt, const float *const q[4], float *const o[4]) {
+  __m512 a[4][4];
+#pragma GCC unroll 4
+  for (int t = 0; t < NR; t++)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) a[t][j] = _mm512_setzero_ps();
+  for (int64_t dk = 0; dk < DK; dk++) {
+    const float *kr = Kt + dk * 64;
+    const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16),
+                 k2 = _mm512_loadu_ps(kr + 32), k3 = _mm512_loadu_ps(kr + 48);
+#pragma GCC unroll 4
+    for (int t = 0; t < NR; t++) {
+      const __m512 qv = _mm512_set1_ps(q[t][dk]);
+      a[t][0] = _mm512_fmadd_ps(k0, qv, a[t][0]);
+      a[t][1] = _mm512_fmadd_ps(k1, qv, a[t][1]);
+      a[t][2] = _mm512_fmadd_ps(k2, qv, a[t][2]);
+      a[t][3] = _mm512_fmadd_ps(k3, qv, a[t][3]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NR; t++)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) _mm512_storeu_ps(o[t] + 16 * j, a[t][j]);
+}
+
+LE_TARGET_AVX512 static void fa_kq_rows_avx512(int64_t DK, const float *Kt, const float *Q,
+                                               float *KQ, const int *rows, int n) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const float *q[4];
+    float *o[4];
+    for (int t = 0; t < 4; t++) q[t] = Q + rows[i + t] * DK, o[t] = KQ + rows[i + t] * 64;
+    fa_kq4(4, DK, Kt, q, o);
+  }
+  for (; i < n; i++) {
+    const float *q[4] = {Q + rows[i] * DK};
+    float *o[4] = {KQ + rows[i] * 64};
+    fa_kq4(1, DK, Kt, q, o);
+  }
+}
+
+int le_fa_kq_rows(int64_t DK, const float *Kt, const float *Q, float *KQ, const int *rows, int n) {
+  if (le_simd() != LE_SIMD_AVX512) return 0;
+  fa_kq_rows_avx512(DK, Kt, Q, KQ, rows, n);
+  return 1;
+}
+
+/* Columns [d0, d0 + 64) of VKQ for NR rows. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+fa_vacc4(const int NR, int64_t DV, int64_t d0, const float *Vt, const float *const w[4],
+         float *const o[4]) {
+  __m512 a[4][4];
+#pragma GCC unroll 4
+  for (int t = 0; t < NR; t++)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) a[t][j] = _mm512_loadu_ps(o[t] + d0 + 16 * j);
+  for (int tk = 0; tk < 64; tk++) {
+    const float *vr = Vt + tk * DV + d0;
+    const __m512 v0 = _mm512_loadu_ps(vr), v1 = _mm512_loadu_ps(vr + 16),
+                 v2 = _mm512_loadu_ps(vr + 32), v3 = _mm512_loadu_ps(vr + 48);
+#pragma GCC unroll 4
+    for (int t = 0; t < NR; t++) {
+      const __m512 wv = _mm512_set1_ps(w[t][tk]);
+      a[t][0] = _mm512_fmadd_ps(v0, wv, a[t][0]);
+      a[t][1] = _mm512_fmadd_ps(v1, wv, a[t][1]);
+      a[t][2] = _mm512_fmadd_ps(v2, wv, a[t][2]);
+      a[t][3] = _mm512_fmadd_ps(v3, wv, a[t][3]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NR; t++)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) _mm512_storeu_ps(o[t] + d0 + 16 * j, a[t][j]);
+}
+
+LE_TARGET_AVX512 static void fa_vacc_rows_avx512(int64_t DV, const float *Vt, const float *W,
+                                                 float *VKQ, const int *rows, int n) {
+  for (int64_t d0 = 0; d0 < DV; d0 += 64) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+      const float *w[4];
+      float *o[4];
+      for (int t = 0; t < 4; t++) w[t] = W + rows[i + t] * 64, o[t] = VKQ + rows[i + t] * DV;
+      fa_vacc4(4, DV, d0, Vt, w, o);
+    }
+    for (; i < n; i++) {
+      const float *w[4] = {W + rows[i] * 64};
+      float *o[4] = {VKQ + rows[i] * DV};
+      fa_vacc4(1, DV, d0, Vt, w, o);
+    }
+  }
+}
+
+int le_fa_vacc_rows(int64_t DV, const float *Vt, const float *W, float *VKQ, const int *rows,
+                    int n) {
+  if (le_simd() != LE_SIMD_AVX512 || DV % 64) return 0;
+  fa_vacc_rows_avx512(DV, Vt, W, VKQ, rows, n);
+  return 1;
+}
+
 /* fa_cells_reg for NH query heads that share one V head (their dots
  * precomputed): the heads' scalar steps for a block of cells, then each
  * cell's V row widened once and added to every head's VKQ. Per head the
@@ -348,5 +473,14 @@ le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh) {
 int64_t le_expf_mismatches(uint32_t lo, uint32_t hi, uint32_t step) {
   (void)lo, (void)hi, (void)step;
   return -1;
+}
+int le_fa_kq_rows(int64_t DK, const float *Kt, const float *Q, float *KQ, const int *rows, int n) {
+  (void)DK, (void)Kt, (void)Q, (void)KQ, (void)rows, (void)n;
+  return 0;
+}
+int le_fa_vacc_rows(int64_t DV, const float *Vt, const float *W, float *VKQ, const int *rows,
+                    int n) {
+  (void)DV, (void)Vt, (void)W, (void)VKQ, (void)rows, (void)n;
+  return 0;
 }
 #endif
