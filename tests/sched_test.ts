@@ -15,6 +15,7 @@ import { Graph } from "../lib/graph/graph.ts";
 import { bitsF32, Op } from "../lib/graph/ops.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
 import { Scheduler } from "../lib/sched/scheduler.ts";
+import { dryBackend } from "../lib/runtime/sizing.ts";
 import { fp16ToF32 } from "../lib/ggml/half.ts";
 
 // ---- a tiny test-only backend (F32 math in TS) ---------------------------
@@ -434,4 +435,21 @@ Deno.test("sched: SOFT_MAX on the CPU backend writes over its scores (one block,
   assert.ok(cpu.inPlaceOps.has(Op.SOFT_MAX));
   assert.equal(apart.size - inPlace.size, inPlace.kqBytes);
   assert.deepEqual(inPlace.out, apart.out);
+});
+
+Deno.test("sched: a dry-run stand-in measures what the CPU backend places (in-place softmax)", () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  const [d, nKv, nTok, nHead] = [4, 256, 32, 2];
+  const g = new Graph();
+  const k = g.input("k", GGMLType.F32, [d, nKv, nHead]);
+  const q = g.input("q", GGMLType.F32, [d, nTok, nHead]);
+  const v = g.input("v", GGMLType.F32, [nKv, d, nHead]);
+  const kq = g.mulMat(k, q);
+  g.markOutput(g.mulMat(v, g.softMax(kq, { scale: 0.25 })));
+  using real = new Scheduler([cpu]);
+  using dry = new Scheduler([dryBackend(cpu)]);
+  const placed = real.measure(g).get("cpu")!, measured = dry.measure(g).get("cpu")!;
+  assert.equal(measured, placed);
+  // the scores' block is the softmax's: one of them counted, not both
+  assert.ok(placed < 2 * kq.nbytes, `${placed} bytes for scores of ${kq.nbytes}`);
 });
