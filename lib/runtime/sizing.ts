@@ -47,14 +47,26 @@ function dryBuffer(backend: string, size: number): OwnedBuffer {
   };
 }
 
-/** Physical memory plus swap in bytes (Linux), or undefined when unknown. */
+/**
+ * Memory the machine can give now, in bytes (Linux): the kernel's estimate
+ * of what new allocations can take without swapping (MemAvailable: free
+ * memory and reclaimable caches) plus free swap; MemTotal plus SwapTotal on
+ * kernels without that estimate; undefined when unknown. Not the machine's
+ * total: a context that fits the total but not what is free is zero-filled
+ * until the kernel's OOM killer ends the process.
+ */
 export function memoryLimit(): number | undefined {
   try {
     const text = Deno.readTextFileSync("/proc/meminfo");
-    const kb = (key: string) =>
-      Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0);
-    const total = (kb("MemTotal") + kb("SwapTotal")) * 1024;
-    return total > 0 ? total : undefined;
+    const kb = (key: string) => {
+      const m = new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(text);
+      return m ? Number(m[1]) : undefined;
+    };
+    const avail = kb("MemAvailable");
+    const bytes = avail !== undefined
+      ? (avail + (kb("SwapFree") ?? 0)) * 1024
+      : ((kb("MemTotal") ?? 0) + (kb("SwapTotal") ?? 0)) * 1024;
+    return bytes > 0 ? bytes : undefined;
   } catch {
     return undefined; // not Linux, or no read permission
   }
@@ -72,5 +84,5 @@ export function memoryShortfall(kvBytes: number, computeBytes: number): string |
   const need = kvBytes + computeBytes;
   if (limit === undefined || need <= limit) return null;
   return `needs ${GB(need)} (KV cache ${GB(kvBytes)}, compute ${GB(computeBytes)}), ` +
-    `more than this machine's ${GB(limit)} of memory and swap`;
+    `more than the ${GB(limit)} of memory and swap this machine has available`;
 }
