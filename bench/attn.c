@@ -6,8 +6,9 @@
  *
  *   make -C kernels cpu && cc -O2 -Ikernels/include bench/attn.c \
  *     -Lbuild -lllm_edge -Wl,-rpath,$PWD/build -o /tmp/attn
- *   /tmp/attn [depth=2048] [threads=2] [reps=50] [layers=22] [fa]
+ *   /tmp/attn [depth=2048] [threads=2] [reps=50] [layers=22] [fa|unfused] [avx2]
  *
+ * `avx2` runs the AVX2 kernels (le_set_simd_level) on an AVX-512 CPU.
  * For an A/B, run the binary with LD_LIBRARY_PATH (or LD_PRELOAD) pointing
  * at another build, alternately. Prints the median ms per token of all
  * layers' attention, and the cache bytes read per second. */
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
   const int reps = argc > 3 ? atoi(argv[3]) : 50;
   if (argc > 4) LAYERS = atoi(argv[4]);
   const int fa = argc > 5 && !strcmp(argv[5], "fa");
+  if (argc > 6 && !strcmp(argv[6], "avx2")) le_set_simd_level(1);
   const int64_t cells = (D + 255) / 256 * 256; /* the cache's size, padded */
   const size_t kbytes = (size_t)cells * NKV * HD * 2;
   le_node *nodes = calloc(3 * LAYERS, sizeof(le_node));
