@@ -399,32 +399,39 @@ Deno.test("hadamard: the C kernel equals the float reference bit for bit; applie
   }
 });
 
-// The split path's cell loop at AVX-512 takes a block's exponentials eight
-// lanes at a time, by libm's own steps (flash_attn_x86.c fa_vexpf); ggml
-// calls libm's expf per cell. The two must agree on every float: checked
-// here over every 7th bit pattern of |x| <= 128 (about 300 million; every
-// float of that range gave 0 when this was written) and over the
-// infinities and NaNs, which go to libm's path.
-const hasAvx512 = (lib.symbols.le_cpu_features() & 2) !== 0;
-Deno.test({
-  name: "flash attention: the vector expf equals libm's expf bit for bit" +
-    (hasAvx512 ? "" : " [skipped: no AVX-512 on this CPU, where it is not used]"),
-  ignore: !hasAvx512,
-  fn: () => {
-    try {
-      assert.equal(lib.symbols.le_set_simd_level(SimdLevel.AVX512), SimdLevel.AVX512);
-      const sweeps: [string, number, number, number][] = [
-        ["negatives", 0x80000000, 0xc3000000, 7],
-        ["positives", 0x00000000, 0x43000000, 7],
-        ["beyond 128, infinities, NaNs", 0x43000001, 0xffffffff, 4099],
-      ];
-      for (const [what, lo, hi, step] of sweeps) {
-        const bad = lib.symbols.le_expf_mismatches(lo, hi, step);
-        assert.notEqual(bad, -1n, "the kernel's self-check against libm's expf failed");
-        assert.equal(bad, 0n, `${what}: ${bad} floats differ from libm's expf`);
+// The split path's cell loops take a block's exponentials several lanes
+// at a time, by libm's own steps (expf_libm.c: eight at AVX-512, four at
+// AVX2); ggml calls libm's expf per cell. The two must agree on every
+// float: checked here at each level this CPU has, over every 7th bit
+// pattern of |x| <= 128 (about 300 million; every float of that range gave
+// 0 when this was written) and over the infinities and NaNs, which go to
+// libm's path.
+const features = lib.symbols.le_cpu_features();
+const EXPF_LEVELS = [
+  { level: SimdLevel.AVX512, name: "AVX512", has: (features & 2) !== 0 },
+  { level: SimdLevel.AVX2, name: "AVX2", has: (features & 1) !== 0 },
+];
+for (const { level, name, has } of EXPF_LEVELS) {
+  Deno.test({
+    name: `flash attention: the ${name} vector expf equals libm's expf bit for bit` +
+      (has ? "" : ` [skipped: no ${name} on this CPU]`),
+    ignore: !has,
+    fn: () => {
+      try {
+        assert.equal(lib.symbols.le_set_simd_level(level), level);
+        const sweeps: [string, number, number, number][] = [
+          ["negatives", 0x80000000, 0xc3000000, 7],
+          ["positives", 0x00000000, 0x43000000, 7],
+          ["beyond 128, infinities, NaNs", 0x43000001, 0xffffffff, 4099],
+        ];
+        for (const [what, lo, hi, step] of sweeps) {
+          const bad = lib.symbols.le_expf_mismatches(lo, hi, step);
+          assert.notEqual(bad, -1n, "the kernel's self-check against libm's expf failed");
+          assert.equal(bad, 0n, `${what}: ${bad} floats differ from libm's expf`);
+        }
+      } finally {
+        lib.symbols.le_set_simd_level(oracleLevel);
       }
-    } finally {
-      lib.symbols.le_set_simd_level(oracleLevel);
-    }
-  },
-});
+    },
+  });
+}

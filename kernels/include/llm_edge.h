@@ -178,8 +178,9 @@ int32_t le_quantize_row(int32_t type, const float *src, void *dst, int64_t n);
  * (activations converted to the type's vec_dot type first). */
 int32_t le_vec_dot(int32_t type, int64_t n, const void *x, const float *y, float *out);
 /* How many floats, of the bit patterns lo, lo + step, ... <= hi, get other
- * bits from flash attention's vector expf than from libm's expf; -1 where
- * that expf is not used (below AVX-512, or a libm it does not reproduce). */
+ * bits from flash attention's vector expf at the current SIMD level than
+ * from libm's expf; -1 where that expf is not used (no AVX2, or a libm it
+ * does not reproduce). */
 int64_t le_expf_mismatches(uint32_t lo, uint32_t hi, uint32_t step);
 
 #if defined(__GNUC__) || defined(__clang__)

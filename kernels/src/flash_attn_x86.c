@@ -4,7 +4,7 @@
  * and ggml_compute_forward_flash_attn_ext_f16_one_chunk take it. */
 #include "flash_attn.h"
 
-#include <stdatomic.h>
+#include "expf_libm.h"
 
 #if defined(LE_X86)
 /* VKQ16 += x * v: fp16(fma(x, v, y)) per element, rounded to nearest (the
@@ -67,7 +67,69 @@ fa_cell_step(const le_fa_row *r, int64_t ic, float *M, float *S, float *ms, floa
   return use;
 }
 
-/* The cell loop on the F16C levels: the steps above, VKQ16 in memory. */
+#define FA_CELL_BLOCK 32
+
+/* fa_cell_step over cells [c0, c0 + nc) of one row (nc <= FA_CELL_BLOCK).
+ * With vexp (le_vexpf_ok) in three passes: the scores and the running
+ * maximum (each exp's argument), the block's exps at once (expf_libm.h),
+ * then S; the same
+ * operations, each exp as libm's. Without, cell by cell. One copy per
+ * level (fa_block_steps_512, fa_block_steps_2). */
+#define FA_BLOCK_STEPS(NAME, TARGET, VEXPF)                                                   \
+  TARGET static inline __attribute__((always_inline)) void NAME(                             \
+      const le_fa_row *r, int64_t c0, int nc, int vexp, float *pM, float *pS, uint8_t *use,   \
+      float *msb, float *vsb) {                                                              \
+    float M = *pM, S = *pS; /* in registers over the block */                                \
+    if (!vexp) {                                                                             \
+      for (int c = 0; c < nc; c++)                                                           \
+        use[c] = (uint8_t)fa_cell_step(r, c0 + c, &M, &S, &msb[c], &vsb[c]);                 \
+      *pM = M, *pS = S;                                                                      \
+      return;                                                                                \
+    }                                                                                        \
+    float arg[FA_CELL_BLOCK], e[FA_CELL_BLOCK];                                              \
+    for (int c = 0; c < nc; c++) {                                                           \
+      const float mv = r->mp ? r->slope * _cvtsh_ss(r->mp[c0 + c]) : 0.0f;                   \
+      arg[c] = 0.0f;                                                                         \
+      use[c] = 0;                                                                            \
+      if (mv == -INFINITY) continue;                                                         \
+      float sc = le_fa_dot(r, c0 + c);                                                       \
+      sc = sc * r->scale;                                                                    \
+      sc += mv;                                                                              \
+      if (sc > M) {                                                                          \
+        arg[c] = M - sc; /* ms = expf(Mold - M) */                                           \
+        M = sc;                                                                              \
+        use[c] = 2;                                                                          \
+      } else {                                                                               \
+        arg[c] = sc - M; /* vs = expf(sc - M) */                                             \
+        use[c] = 1;                                                                          \
+      }                                                                                      \
+    }                                                                                        \
+    VEXPF(arg, e, nc);                                                                       \
+    for (int c = 0; c < nc; c++) {                                                           \
+      if (!use[c]) continue;                                                                 \
+      msb[c] = use[c] == 2 ? e[c] : 1.0f;                                                    \
+      vsb[c] = use[c] == 2 ? 1.0f : e[c];                                                    \
+      S = S * msb[c] + vsb[c]; /* not contracted, as in ggml */                              \
+    }                                                                                        \
+    *pM = M, *pS = S;                                                                        \
+  }
+/* Out of line: inlined, its constants stay in registers across the
+ * callers' VKQ loops and push their accumulators to the stack (a direct
+ * call is ~10% faster at DV = 64 on Zen 4). */
+LE_TARGET_AVX512 __attribute__((noinline)) static void fa_vexpf_512(const float *x, float *y,
+                                                                    int n) {
+  le_vexpf_avx512(x, y, n);
+}
+LE_TARGET_AVX2 __attribute__((noinline)) static void fa_vexpf_2(const float *x, float *y, int n) {
+  le_vexpf_avx2(x, y, n);
+}
+FA_BLOCK_STEPS(fa_block_steps_512, LE_TARGET_AVX512, fa_vexpf_512)
+FA_BLOCK_STEPS(fa_block_steps_2, LE_TARGET_AVX2, fa_vexpf_2)
+
+/* The cell loop on the F16C levels: the steps above, VKQ16 in memory.
+ * Cell by cell, so that each cell's scalar steps overlap the previous
+ * cell's VKQ16 update (a store, then a load of the same row); taken in
+ * blocks, the updates wait on each other (+20% at DV = 64). */
 LE_TARGET_AVX2 static void fa_cells_f16_avx2(const le_fa_row *r, int64_t ic0, int64_t ic1,
                                              uint16_t *VKQ16, float *pS, float *pM) {
   float S = *pS, M = *pM;
@@ -82,6 +144,44 @@ LE_TARGET_AVX2 static void fa_cells_f16_avx2(const le_fa_row *r, int64_t ic0, in
   *pM = M;
 }
 
+/* AVX2, DV = 64: VKQ16 in eight registers (as floats, each exactly an f16)
+ * over blocks of cells, as fa_cells_reg does at AVX-512: the block's steps
+ * (exps by le_vexpf), then its updates, each rounded to f16 with hardware
+ * RNE as ggml's AVX2 vec_scale_f16/vec_mad_f16 round. */
+LE_TARGET_AVX2 static void fa_cells_f16_reg8_avx2(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                                  uint16_t *VKQ16, float *pS, float *pM) {
+#define FA_RNE8(x) _mm256_cvtph_ps(_mm256_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT))
+#define FA_LD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; j++) acc[j] = FA_LD8(VKQ16 + 8 * j);
+  const int vexp = le_vexpf_ok();
+  for (int64_t c0 = ic0; c0 < ic1; c0 += FA_CELL_BLOCK) {
+    const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
+    float vsb[FA_CELL_BLOCK], msb[FA_CELL_BLOCK];
+    uint8_t use[FA_CELL_BLOCK];
+    fa_block_steps_2(r, c0, nc, vexp, pM, pS, use, msb, vsb);
+    for (int c = 0; c < nc; c++) {
+      if (!use[c]) continue;
+      if (use[c] == 2) {
+        const __m256 m = _mm256_set1_ps(msb[c]);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) acc[j] = FA_RNE8(_mm256_mul_ps(acc[j], m));
+      }
+      const uint16_t *x = (const uint16_t *)(const void *)(r->vb + (c0 + c) * r->vst);
+      const __m256 v = _mm256_set1_ps(vsb[c]);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j++) acc[j] = FA_RNE8(_mm256_fmadd_ps(FA_LD8(x + 8 * j), v, acc[j]));
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; j++)
+    _mm_storeu_si128((__m128i *)(void *)(VKQ16 + 8 * j),
+                     _mm256_cvtps_ph(acc[j], _MM_FROUND_TO_NEAREST_INT));
+#undef FA_LD8
+#undef FA_RNE8
+}
+
 /* The same cells for DV = 16 * NV (NV <= 8) with VKQ16 held in registers
  * (as floats, each exactly an f16): in memory every cell's accumulation
  * waits for the previous store, and expf (a call) would spill registers
@@ -90,7 +190,6 @@ LE_TARGET_AVX2 static void fa_cells_f16_avx2(const le_fa_row *r, int64_t ic0, in
  * fp16(fma(v, vs, VKQ)) — the same operations on VKQ as one cell at a
  * time, rounded to f16 after each (hardware RNE, as ggml's AVX-512
  * vec_scale_f16/vec_mad_f16). */
-#define FA_CELL_BLOCK 32
 LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
 fa_cells_reg(const int NV, const le_fa_row *r, int64_t ic0, int64_t ic1, uint16_t *VKQ16,
              float *pS, float *pM) {
@@ -98,12 +197,12 @@ fa_cells_reg(const int NV, const le_fa_row *r, int64_t ic0, int64_t ic1, uint16_
   __m512 acc[8];
   for (int j = 0; j < NV; j++)
     acc[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(VKQ16 + 16 * j)));
-  float S = *pS, M = *pM;
+  const int vexp = le_vexpf_ok();
   for (int64_t c0 = ic0; c0 < ic1; c0 += FA_CELL_BLOCK) {
     const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
     float vsb[FA_CELL_BLOCK], msb[FA_CELL_BLOCK];
     uint8_t use[FA_CELL_BLOCK];
-    for (int c = 0; c < nc; c++) use[c] = (uint8_t)fa_cell_step(r, c0 + c, &M, &S, &msb[c], &vsb[c]);
+    fa_block_steps_512(r, c0, nc, vexp, pM, pS, use, msb, vsb);
     for (int c = 0; c < nc; c++) {
       if (!use[c]) continue;
       if (use[c] == 2) {
@@ -121,8 +220,6 @@ fa_cells_reg(const int NV, const le_fa_row *r, int64_t ic0, int64_t ic1, uint16_
   for (int j = 0; j < NV; j++)
     _mm256_storeu_si256((__m256i *)(void *)(VKQ16 + 16 * j),
                         _mm512_cvtps_ph(acc[j], _MM_FROUND_TO_NEAREST_INT));
-  *pS = S;
-  *pM = M;
 #undef FA_RNE
 }
 
@@ -133,110 +230,6 @@ LE_TARGET_AVX512 static void fa_cells_f16_reg4(const le_fa_row *r, int64_t ic0, 
 LE_TARGET_AVX512 static void fa_cells_f16_reg8(const le_fa_row *r, int64_t ic0, int64_t ic1,
                                                uint16_t *VKQ16, float *pS, float *pM) {
   fa_cells_reg(8, r, ic0, ic1, VKQ16, pS, pM);
-}
-
-/* ---- expf, 8 lanes at a time, as libm computes it ----
- * ggml's flash attention calls libm's expf once per cell; glibc's (since
- * 2.28, sysdeps/ieee754/flt-32/e_expf.c) evaluates in double, and on FMA
- * CPUs libm runs the build with contracted multiply-adds (__expf_fma, read
- * from the objdump of Debian 12's libm): kd = fma(InvLn2N, x, SHIFT) -
- * SHIFT, r = fma(InvLn2N, x, -kd), s from a table of 32, then fma(fma(C0,
- * r, C1), r*r, fma(C2, r, 1)) * s, rounded to float. The same steps in
- * double lanes give the same bits; |x| >= 88 and NaN take libm's expf. A
- * libm that computes otherwise (another C library, no FMA) is caught by a
- * self-check against expf at first use, and the cell loop then calls expf
- * as before (fa_vexpf_ok); tests/flash_attn_test.ts compares the two over
- * a sweep of floats (le_expf_mismatches). */
-static const uint64_t EXPF_T[32] = {
-    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
-    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
-    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
-    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
-    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
-    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
-    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
-    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
-#define EXPF_INVLN2N 0x40471547652b82feull /* 0x1.71547652b82fep+0 * 32 */
-#define EXPF_C0 0x3ebc6af84b912394ull      /* 0x1.c6af84b912394p-5 / 32^3 */
-#define EXPF_C1 0x3f2ebfce50fac4f3ull      /* 0x1.ebfce50fac4f3p-3 / 32^2 */
-#define EXPF_C2 0x3f962e42ff0c52d6ull      /* 0x1.62e42ff0c52d6p-1 / 32 */
-#define EXPF_SHIFT 0x4338000000000000ull   /* 0x1.8p+52 */
-
-/* y[i] = expf(x[i]) for i < n (n <= 32). */
-LE_TARGET_AVX512 static void fa_vexpf(const float *x, float *y, int n) {
-#define D(bits) _mm512_castsi512_pd(_mm512_set1_epi64((long long)(bits)))
-  const __m512d invln2n = D(EXPF_INVLN2N), shift = D(EXPF_SHIFT), c0 = D(EXPF_C0),
-                c1 = D(EXPF_C1), c2 = D(EXPF_C2), one = _mm512_set1_pd(1.0);
-#undef D
-  for (int i = 0; i < n; i += 8) {
-    const __mmask8 k = (__mmask8)((1u << LE_MIN(8, n - i)) - 1);
-    const __m256 xf = _mm256_maskz_loadu_ps(k, x + i);
-    const __m512d xd = _mm512_cvtps_pd(xf);
-    const __m512d kds = _mm512_fmadd_pd(invln2n, xd, shift);
-    const __m512i ki = _mm512_castpd_si512(kds);
-    const __m512d kd = _mm512_sub_pd(kds, shift);
-    const __m512d r = _mm512_fmsub_pd(invln2n, xd, kd);
-    __m512i t = _mm512_i64gather_epi64(_mm512_and_si512(ki, _mm512_set1_epi64(31)),
-                                       (const void *)EXPF_T, 8);
-    t = _mm512_add_epi64(t, _mm512_slli_epi64(ki, 47));
-    const __m512d z = _mm512_fmadd_pd(r, c0, c1);
-    const __m512d r2 = _mm512_mul_pd(r, r);
-    __m512d p = _mm512_fmadd_pd(r, c2, one);
-    p = _mm512_mul_pd(_mm512_fmadd_pd(z, r2, p), _mm512_castsi512_pd(t));
-    _mm256_mask_storeu_ps(y + i, k, _mm512_cvtpd_ps(p));
-    /* |x| >= 88 (top12 & 0x7ff >= 0x42b), infinities and NaN: libm's own path */
-    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(xf), 20),
-                                         _mm256_set1_epi32(0x7ff));
-    unsigned big = k & _mm256_cmpgt_epi32_mask(top, _mm256_set1_epi32(0x42a));
-    while (big) {
-      const int l = __builtin_ctz(big);
-      y[i + l] = expf(x[i + l]);
-      big &= big - 1;
-    }
-  }
-}
-
-/* Whether fa_vexpf gives libm's expf bits here, checked once over a spread
- * of floats (a different libm, or one without the FMA build, fails it). */
-static int fa_vexpf_ok(void) {
-  static _Atomic int ok = -1;
-  int v = atomic_load_explicit(&ok, memory_order_relaxed);
-  if (v >= 0) return v;
-  v = 1;
-  float x[32], y[32];
-  for (uint32_t i = 0; i < 4096 && v; i++) {
-    for (int l = 0; l < 32; l++) { /* bit patterns over [-110, 90], both signs */
-      const uint32_t b = (i * 32 + (uint32_t)l) * 8209u % 0x42b40000u;
-      uint32_t bits = b | (l & 1 ? 0x80000000u : 0);
-      memcpy(&x[l], &bits, 4);
-    }
-    fa_vexpf(x, y, 32);
-    for (int l = 0; l < 32; l++) {
-      const float e = expf(x[l]);
-      if (memcmp(&e, &y[l], 4)) v = 0;
-    }
-  }
-  atomic_store_explicit(&ok, v, memory_order_relaxed);
-  return v;
-}
-
-int64_t le_expf_mismatches(uint32_t lo, uint32_t hi, uint32_t step) {
-  if (le_simd() != LE_SIMD_AVX512 || !step || !fa_vexpf_ok()) return -1;
-  int64_t bad = 0;
-  float x[32], y[32];
-  for (uint64_t b = lo; b <= hi;) {
-    int n = 0;
-    for (; n < 32 && b <= hi; n++, b += step) {
-      const uint32_t bits = (uint32_t)b;
-      memcpy(&x[n], &bits, 4);
-    }
-    fa_vexpf(x, y, n);
-    for (int l = 0; l < n; l++) {
-      const float e = expf(x[l]);
-      bad += memcmp(&e, &y[l], 4) != 0;
-    }
-  }
-  return bad;
 }
 
 /* le_fa_kq_rows / le_fa_vacc_rows at AVX-512: four rows share each load
@@ -356,7 +349,7 @@ fa_cells_heads(const int NV, const int NH, const le_fa_row *r, int64_t ic0, int6
 #define FA_RNE(x) _mm512_cvtph_ps(_mm512_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT))
   __m512 acc[4][8];
   float S[4], M[4];
-  const int vexp = fa_vexpf_ok();
+  const int vexp = le_vexpf_ok();
 #pragma GCC unroll 4
   for (int h = 0; h < NH; h++) {
 #pragma GCC unroll 8
@@ -373,43 +366,8 @@ fa_cells_heads(const int NV, const int NH, const le_fa_row *r, int64_t ic0, int6
     for (int c = 0; c < nc; c++)
       for (int64_t o = 0; o < 2 * 16 * NV; o += 64)
         __builtin_prefetch(r[0].vb + (c0 + c) * r[0].vst + o, 0, 3);
-    for (int h = 0; h < NH; h++) {
-      float Sh = S[h], Mh = M[h]; /* in registers over the block */
-      if (!vexp) {
-        for (int c = 0; c < nc; c++)
-          use[h][c] = (uint8_t)fa_cell_step(&r[h], c0 + c, &Mh, &Sh, &msb[h][c], &vsb[h][c]);
-        S[h] = Sh, M[h] = Mh;
-        continue;
-      }
-      /* fa_cell_step in three passes: the scores and the running maximum
-       * (each exp's argument), the block's exps at once, then S */
-      float arg[FA_CELL_BLOCK], e[FA_CELL_BLOCK];
-      for (int c = 0; c < nc; c++) {
-        const float mv = r[h].mp ? r[h].slope * _cvtsh_ss(r[h].mp[c0 + c]) : 0.0f;
-        arg[c] = 0.0f;
-        use[h][c] = 0;
-        if (mv == -INFINITY) continue;
-        float sc = le_fa_dot(&r[h], c0 + c);
-        sc = sc * r[h].scale;
-        sc += mv;
-        if (sc > Mh) {
-          arg[c] = Mh - sc; /* ms = expf(Mold - M) */
-          Mh = sc;
-          use[h][c] = 2;
-        } else {
-          arg[c] = sc - Mh; /* vs = expf(sc - M) */
-          use[h][c] = 1;
-        }
-      }
-      fa_vexpf(arg, e, nc);
-      for (int c = 0; c < nc; c++) {
-        if (!use[h][c]) continue;
-        msb[h][c] = use[h][c] == 2 ? e[c] : 1.0f;
-        vsb[h][c] = use[h][c] == 2 ? 1.0f : e[c];
-        Sh = Sh * msb[h][c] + vsb[h][c]; /* not contracted, as in ggml */
-      }
-      S[h] = Sh, M[h] = Mh;
-    }
+    for (int h = 0; h < NH; h++)
+      fa_block_steps_512(&r[h], c0, nc, vexp, &M[h], &S[h], use[h], msb[h], vsb[h]);
     for (int c = 0; c < nc; c++) {
       const uint16_t *x = (const uint16_t *)(const void *)(r[0].vb + (c0 + c) * r[0].vst);
       __m512 v[8];
@@ -459,6 +417,7 @@ le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh) {
 le_fa_cells_fn le_fa_cells_f16(int64_t DV) {
   if (le_simd() == LE_SIMD_AVX512 && DV == 64) return fa_cells_f16_reg4;
   if (le_simd() == LE_SIMD_AVX512 && DV == 128) return fa_cells_f16_reg8;
+  if (le_simd() == LE_SIMD_AVX2 && DV == 64) return fa_cells_f16_reg8_avx2;
   return le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512 ? fa_cells_f16_avx2 : NULL;
 }
 #else
@@ -469,10 +428,6 @@ le_fa_cells_fn le_fa_cells_f16(int64_t DV) {
 le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh) {
   (void)DV, (void)nh;
   return NULL;
-}
-int64_t le_expf_mismatches(uint32_t lo, uint32_t hi, uint32_t step) {
-  (void)lo, (void)hi, (void)step;
-  return -1;
 }
 int le_fa_kq_rows(int64_t DK, const float *Kt, const float *Q, float *KQ, const int *rows, int n) {
   (void)DK, (void)Kt, (void)Q, (void)KQ, (void)rows, (void)n;
