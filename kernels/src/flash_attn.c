@@ -210,6 +210,27 @@ int le_flash_attn_split(const le_node *n) {
 }
 
 
+/* The cell loop's view of query row (iq1, iq2, iq3): its K and V heads,
+ * mask row and slope, Q converted to K's vec_dot type (Q_q), and the row's
+ * precomputed dots from cell dots0 (or NULL). */
+static le_fa_row fa_row_of(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq2,
+                           int64_t iq3, const void *Q_q, const float *dots, int64_t dots0) {
+  const le_tensor *k = &n->src[1], *v = &n->src[2];
+  return (le_fa_row){.DK = s->DK,
+                     .DV = s->DV,
+                     .scale = s->scale,
+                     .slope = fa_slope(s, (uint32_t)iq2),
+                     .kq_dot = le_get_vec_dot(le_traits(k->type)),
+                     .Q_q = Q_q,
+                     .kb = fa_at(k, 0, iq2 / s->rk2, iq3 / s->rk3),
+                     .vb = fa_at(v, 0, iq2 / s->rv2, iq3 / s->rv3),
+                     .kst = (size_t)k->nb[1],
+                     .vst = (size_t)v->nb[1],
+                     .mp = fa_mask_row(n, iq1, iq2, iq3),
+                     .dots = dots,
+                     .dots0 = dots0};
+}
+
 /* ggml_compute_forward_flash_attn_ext_f16_one_chunk for query row ir over
  * cells [ic0, ic1). Writes the normalized row to dst, or (M, S, VKQ) to
  * `partial` when given. `dots` (or NULL): the row's kq dots of those cells,
@@ -221,11 +242,9 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   const int64_t iq3 = ir / (s->neq2 * s->N);
   const int64_t iq2 = (ir - iq3 * s->neq2 * s->N) / s->N;
   const int64_t iq1 = ir - iq3 * s->neq2 * s->N - iq2 * s->N;
-  const float slope = fa_slope(s, (uint32_t)iq2);
 
   const le_type_traits *kt = le_traits(k->type);
   const le_type_traits *qt = le_traits(kt->vec_dot_type);
-  const le_vec_dot_fn kq_dot = le_get_vec_dot(kt);
   const int v_f16 = v->type == LE_TYPE_F16;
   const le_type_traits *vt = le_traits(v->type);
 
@@ -236,9 +255,6 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   if (v_f16) memset(VKQ16, 0, (size_t)DV * 2);
   else memset(VKQ32, 0, (size_t)DV * 4);
 
-  const uint16_t *mp = fa_mask_row(n, iq1, iq2, iq3);
-  const int64_t ik2 = iq2 / s->rk2, ik3 = iq3 / s->rk3;
-  const int64_t iv2 = iq2 / s->rv2, iv3 = iq3 / s->rv3;
   const float *pq = (const float *)fa_at(q, iq1, iq2, iq3);
   if (dots) { /* no dot left to take */
   } else if (kt->vec_dot_type == LE_TYPE_F32) memcpy(Q_q, pq, (size_t)DK * 4);
@@ -246,35 +262,21 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   else qt->from_float_act(pq, Q_q, DK);
 
   float S = 0.0f, M = -INFINITY;
+  const le_fa_row row = fa_row_of(n, s, iq1, iq2, iq3, Q_q, dots, ic0);
   const le_fa_cells_fn cells = v_f16 && fa_use_avx2(s->fused) ? le_fa_cells_f16(DV) : NULL;
   if (cells) {
-    const le_fa_row row = {.DK = DK,
-                           .DV = DV,
-                           .scale = s->scale,
-                           .slope = slope,
-                           .kq_dot = kq_dot,
-                           .Q_q = Q_q,
-                           .kb = fa_at(k, 0, ik2, ik3),
-                           .vb = fa_at(v, 0, iv2, iv3),
-                           .kst = (size_t)k->nb[1],
-                           .vst = (size_t)v->nb[1],
-                           .mp = mp,
-                           .dots = dots,
-                           .dots0 = ic0};
     cells(&row, ic0, ic1, VKQ16, &S, &M);
     ic0 = ic1; /* done */
   }
   for (int64_t ic = ic0; ic < ic1; ic++) {
-    const float mv = mp ? slope * le_fp16_to_fp32(mp[ic]) : 0.0f;
+    const float mv = row.mp ? row.slope * le_fp16_to_fp32(row.mp[ic]) : 0.0f;
     if (mv == -INFINITY) continue;
-    float sc;
-    if (dots) sc = dots[ic - ic0];
-    else kq_dot(DK, &sc, fa_at(k, ic, ik2, ik3), Q_q);
+    float sc = le_fa_dot(&row, ic);
     sc = sc * s->scale;
     sc += mv;
     const float Mold = M;
     float ms = 1.0f, vs = 1.0f;
-    const char *v_data = fa_at(v, ic, iv2, iv3);
+    const char *v_data = row.vb + ic * row.vst;
     if (v_f16) {
       if (sc > M) {
         M = sc;
@@ -477,23 +479,11 @@ static void fa_split_dots(const le_node *n, const fa_shape *s, le_f16_rows_fn ro
 static void fa_rows_heads(const le_node *n, const fa_shape *s, le_fa_heads_fn heads, int nh,
                           int64_t h0, int64_t ic0, int64_t ic1, const float *dots,
                           float *const *pt, uint16_t *vkq) {
-  const le_tensor *k = &n->src[1], *v = &n->src[2];
   le_fa_row r[4];
   uint16_t *V16[4];
   float S[4], M[4];
   for (int j = 0; j < nh; j++) {
-    const int64_t h = h0 + j;
-    r[j] = (le_fa_row){.DK = s->DK,
-                       .DV = s->DV,
-                       .scale = s->scale,
-                       .slope = fa_slope(s, (uint32_t)h),
-                       .kb = fa_at(k, 0, h / s->rk2, 0),
-                       .vb = fa_at(v, 0, h / s->rv2, 0),
-                       .kst = (size_t)k->nb[1],
-                       .vst = (size_t)v->nb[1],
-                       .mp = fa_mask_row(n, 0, h, 0),
-                       .dots = dots + j * (ic1 - ic0),
-                       .dots0 = ic0};
+    r[j] = fa_row_of(n, s, 0, h0 + j, 0, NULL, dots + j * (ic1 - ic0), ic0);
     V16[j] = vkq + j * s->DV;
     memset(V16[j], 0, (size_t)s->DV * 2);
     S[j] = 0.0f, M[j] = -INFINITY;

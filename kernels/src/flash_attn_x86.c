@@ -41,17 +41,27 @@ LE_TARGET_AVX2 void le_fa_vacc_tile_avx2(int64_t DV, const float *Vt, const floa
     _mm256_storeu_ps(acc + d, a);
   }
 }
-/* One cell's scalar steps (mask, kq dot, the online softmax's M and S), as
- * flash_attn.c's portable loop takes them: 0 when the mask drops the cell;
- * else 1, or 2 when the maximum rose and VKQ must first be scaled by *ms;
- * *vs is the cell's weight. */
+/* Cell ic's score (kq dot times the scale, plus the mask times the slope)
+ * into *sc, as flash_attn.c's portable loop takes it; 0 when the mask drops
+ * the cell. */
 LE_TARGET_AVX2 static inline __attribute__((always_inline)) int
-fa_cell_step(const le_fa_row *r, int64_t ic, float *M, float *S, float *ms, float *vs) {
+fa_cell_score(const le_fa_row *r, int64_t ic, float *sc) {
   const float mv = r->mp ? r->slope * _cvtsh_ss(r->mp[ic]) : 0.0f;
   if (mv == -INFINITY) return 0;
-  float sc = le_fa_dot(r, ic);
-  sc = sc * r->scale;
-  sc += mv;
+  float s = le_fa_dot(r, ic);
+  s = s * r->scale;
+  s += mv;
+  *sc = s;
+  return 1;
+}
+
+/* One cell's scalar steps (its score, the online softmax's M and S): 0 when
+ * the mask drops the cell; else 1, or 2 when the maximum rose and VKQ must
+ * first be scaled by *ms; *vs is the cell's weight. */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) int
+fa_cell_step(const le_fa_row *r, int64_t ic, float *M, float *S, float *ms, float *vs) {
+  float sc;
+  if (!fa_cell_score(r, ic, &sc)) return 0;
   const float Mold = *M;
   int use = 1;
   *ms = 1.0f, *vs = 1.0f;
@@ -68,63 +78,42 @@ fa_cell_step(const le_fa_row *r, int64_t ic, float *M, float *S, float *ms, floa
 }
 
 #define FA_CELL_BLOCK 32
+typedef void (*fa_vexpf_fn)(const float *x, float *y, int n);
 
-/* fa_cell_step over cells [c0, c0 + nc) of one row (nc <= FA_CELL_BLOCK).
- * With vexp (le_vexpf_ok) in three passes: the scores and the running
- * maximum (each exp's argument), the block's exps at once (expf_libm.h),
- * then S; the same
- * operations, each exp as libm's. Without, cell by cell. One copy per
- * level (fa_block_steps_512, fa_block_steps_2). */
-#define FA_BLOCK_STEPS(NAME, TARGET, VEXPF)                                                   \
-  TARGET static inline __attribute__((always_inline)) void NAME(                             \
-      const le_fa_row *r, int64_t c0, int nc, int vexp, float *pM, float *pS, uint8_t *use,   \
-      float *msb, float *vsb) {                                                              \
-    float M = *pM, S = *pS; /* in registers over the block */                                \
-    if (!vexp) {                                                                             \
-      for (int c = 0; c < nc; c++)                                                           \
-        use[c] = (uint8_t)fa_cell_step(r, c0 + c, &M, &S, &msb[c], &vsb[c]);                 \
-      *pM = M, *pS = S;                                                                      \
-      return;                                                                                \
-    }                                                                                        \
-    float arg[FA_CELL_BLOCK], e[FA_CELL_BLOCK];                                              \
-    for (int c = 0; c < nc; c++) {                                                           \
-      const float mv = r->mp ? r->slope * _cvtsh_ss(r->mp[c0 + c]) : 0.0f;                   \
-      arg[c] = 0.0f;                                                                         \
-      use[c] = 0;                                                                            \
-      if (mv == -INFINITY) continue;                                                         \
-      float sc = le_fa_dot(r, c0 + c);                                                       \
-      sc = sc * r->scale;                                                                    \
-      sc += mv;                                                                              \
-      if (sc > M) {                                                                          \
-        arg[c] = M - sc; /* ms = expf(Mold - M) */                                           \
-        M = sc;                                                                              \
-        use[c] = 2;                                                                          \
-      } else {                                                                               \
-        arg[c] = sc - M; /* vs = expf(sc - M) */                                             \
-        use[c] = 1;                                                                          \
-      }                                                                                      \
-    }                                                                                        \
-    VEXPF(arg, e, nc);                                                                       \
-    for (int c = 0; c < nc; c++) {                                                           \
-      if (!use[c]) continue;                                                                 \
-      msb[c] = use[c] == 2 ? e[c] : 1.0f;                                                    \
-      vsb[c] = use[c] == 2 ? 1.0f : e[c];                                                    \
-      S = S * msb[c] + vsb[c]; /* not contracted, as in ggml */                              \
-    }                                                                                        \
-    *pM = M, *pS = S;                                                                        \
+/* fa_cell_step over cells [c0, c0 + nc) of one row (nc <= FA_CELL_BLOCK),
+ * in three passes: the scores and the running maximum (each exp's
+ * argument), the block's exps at once by vexpf (expf_libm.h; NULL: libm's
+ * expf one by one), then S. The same operations as cell by cell. */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+fa_block_steps(const le_fa_row *r, int64_t c0, int nc, fa_vexpf_fn vexpf, float *pM, float *pS,
+               uint8_t *use, float *msb, float *vsb) {
+  float M = *pM, S = *pS; /* in registers over the block */
+  float arg[FA_CELL_BLOCK], e[FA_CELL_BLOCK];
+  for (int c = 0; c < nc; c++) {
+    float sc;
+    arg[c] = 0.0f;
+    use[c] = 0;
+    if (!fa_cell_score(r, c0 + c, &sc)) continue;
+    if (sc > M) {
+      arg[c] = M - sc; /* ms = expf(Mold - M) */
+      M = sc;
+      use[c] = 2;
+    } else {
+      arg[c] = sc - M; /* vs = expf(sc - M) */
+      use[c] = 1;
+    }
   }
-/* Out of line: inlined, its constants stay in registers across the
- * callers' VKQ loops and push their accumulators to the stack (a direct
- * call is ~10% faster at DV = 64 on Zen 4). */
-LE_TARGET_AVX512 __attribute__((noinline)) static void fa_vexpf_512(const float *x, float *y,
-                                                                    int n) {
-  le_vexpf_avx512(x, y, n);
+  if (vexpf) vexpf(arg, e, nc);
+  else
+    for (int c = 0; c < nc; c++) e[c] = use[c] ? expf(arg[c]) : 0.0f;
+  for (int c = 0; c < nc; c++) {
+    if (!use[c]) continue;
+    msb[c] = use[c] == 2 ? e[c] : 1.0f;
+    vsb[c] = use[c] == 2 ? 1.0f : e[c];
+    S = S * msb[c] + vsb[c]; /* not contracted, as in ggml */
+  }
+  *pM = M, *pS = S;
 }
-LE_TARGET_AVX2 __attribute__((noinline)) static void fa_vexpf_2(const float *x, float *y, int n) {
-  le_vexpf_avx2(x, y, n);
-}
-FA_BLOCK_STEPS(fa_block_steps_512, LE_TARGET_AVX512, fa_vexpf_512)
-FA_BLOCK_STEPS(fa_block_steps_2, LE_TARGET_AVX2, fa_vexpf_2)
 
 /* The cell loop on the F16C levels: the steps above, VKQ16 in memory.
  * Cell by cell, so that each cell's scalar steps overlap the previous
@@ -145,8 +134,8 @@ LE_TARGET_AVX2 static void fa_cells_f16_avx2(const le_fa_row *r, int64_t ic0, in
 }
 
 /* AVX2, DV = 64: VKQ16 in eight registers (as floats, each exactly an f16)
- * over blocks of cells, as fa_cells_reg does at AVX-512: the block's steps
- * (exps by le_vexpf), then its updates, each rounded to f16 with hardware
+ * over blocks of cells, as fa_cells_heads does at AVX-512: the block's steps
+ * (exps by le_vexpf_avx2), then its updates, each rounded to f16 with hardware
  * RNE as ggml's AVX2 vec_scale_f16/vec_mad_f16 round. */
 LE_TARGET_AVX2 static void fa_cells_f16_reg8_avx2(const le_fa_row *r, int64_t ic0, int64_t ic1,
                                                   uint16_t *VKQ16, float *pS, float *pM) {
@@ -155,12 +144,12 @@ LE_TARGET_AVX2 static void fa_cells_f16_reg8_avx2(const le_fa_row *r, int64_t ic
   __m256 acc[8];
 #pragma GCC unroll 8
   for (int j = 0; j < 8; j++) acc[j] = FA_LD8(VKQ16 + 8 * j);
-  const int vexp = le_vexpf_ok();
+  const fa_vexpf_fn vexpf = le_vexpf_ok() ? le_vexpf_avx2 : NULL;
   for (int64_t c0 = ic0; c0 < ic1; c0 += FA_CELL_BLOCK) {
     const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
     float vsb[FA_CELL_BLOCK], msb[FA_CELL_BLOCK];
     uint8_t use[FA_CELL_BLOCK];
-    fa_block_steps_2(r, c0, nc, vexp, pM, pS, use, msb, vsb);
+    fa_block_steps(r, c0, nc, vexpf, pM, pS, use, msb, vsb);
     for (int c = 0; c < nc; c++) {
       if (!use[c]) continue;
       if (use[c] == 2) {
@@ -182,174 +171,88 @@ LE_TARGET_AVX2 static void fa_cells_f16_reg8_avx2(const le_fa_row *r, int64_t ic
 #undef FA_RNE8
 }
 
-/* The same cells for DV = 16 * NV (NV <= 8) with VKQ16 held in registers
- * (as floats, each exactly an f16): in memory every cell's accumulation
- * waits for the previous store, and expf (a call) would spill registers
- * anyway. So cells go in blocks: first each one's scalar steps, then the
- * block's VKQ updates in order — scale by ms where the maximum rose, then
- * fp16(fma(v, vs, VKQ)) — the same operations on VKQ as one cell at a
- * time, rounded to f16 after each (hardware RNE, as ggml's AVX-512
- * vec_scale_f16/vec_mad_f16). */
+/* le_fa_kq_rows / le_fa_vacc_rows at AVX-512, one product for both:
+ * o[t][j] (j < 64) = fma chain over k < K of B[k * ldb + j] * a[t][k], from
+ * 0 or (acc) from o[t][j]. NR rows (<= 4) share each load of B (16
+ * accumulators); each element keeps its own chain in ggml's order, so the
+ * lane width and the row grouping change nothing. */
 LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
-fa_cells_reg(const int NV, const le_fa_row *r, int64_t ic0, int64_t ic1, uint16_t *VKQ16,
-             float *pS, float *pM) {
-#define FA_RNE(x) _mm512_cvtph_ps(_mm512_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT))
-  __m512 acc[8];
-  for (int j = 0; j < NV; j++)
-    acc[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(VKQ16 + 16 * j)));
-  const int vexp = le_vexpf_ok();
-  for (int64_t c0 = ic0; c0 < ic1; c0 += FA_CELL_BLOCK) {
-    const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
-    float vsb[FA_CELL_BLOCK], msb[FA_CELL_BLOCK];
-    uint8_t use[FA_CELL_BLOCK];
-    fa_block_steps_512(r, c0, nc, vexp, pM, pS, use, msb, vsb);
-    for (int c = 0; c < nc; c++) {
-      if (!use[c]) continue;
-      if (use[c] == 2) {
-        const __m512 m = _mm512_set1_ps(msb[c]);
-        for (int j = 0; j < NV; j++) acc[j] = FA_RNE(_mm512_mul_ps(acc[j], m));
-      }
-      const uint16_t *x = (const uint16_t *)(const void *)(r->vb + (c0 + c) * r->vst);
-      const __m512 v = _mm512_set1_ps(vsb[c]);
-      for (int j = 0; j < NV; j++)
-        acc[j] = FA_RNE(_mm512_fmadd_ps(
-            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(x + 16 * j))), v,
-            acc[j]));
-    }
-  }
-  for (int j = 0; j < NV; j++)
-    _mm256_storeu_si256((__m256i *)(void *)(VKQ16 + 16 * j),
-                        _mm512_cvtps_ph(acc[j], _MM_FROUND_TO_NEAREST_INT));
-#undef FA_RNE
-}
-
-LE_TARGET_AVX512 static void fa_cells_f16_reg4(const le_fa_row *r, int64_t ic0, int64_t ic1,
-                                               uint16_t *VKQ16, float *pS, float *pM) {
-  fa_cells_reg(4, r, ic0, ic1, VKQ16, pS, pM);
-}
-LE_TARGET_AVX512 static void fa_cells_f16_reg8(const le_fa_row *r, int64_t ic0, int64_t ic1,
-                                               uint16_t *VKQ16, float *pS, float *pM) {
-  fa_cells_reg(8, r, ic0, ic1, VKQ16, pS, pM);
-}
-
-/* le_fa_kq_rows / le_fa_vacc_rows at AVX-512: four rows share each load
- * of the K or V tile (16 accumulators); every element keeps its own fma
- * chain in ggml's order, so the lane width and the row grouping change
- * nothing. Leftover rows go one at a time through the same code. */
-LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
-fa_kq4(const int NR, int64_t DK, const float *Kt, const float *const q[4], float *const o[4]) {
-  __m512 a[4][4];
+fa_rows4(const int NR, int acc, int64_t K, const float *B, int64_t ldb, const float *const a[4],
+         float *const o[4]) {
+  __m512 s[4][4];
 #pragma GCC unroll 4
   for (int t = 0; t < NR; t++)
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) a[t][j] = _mm512_setzero_ps();
-  for (int64_t dk = 0; dk < DK; dk++) {
-    const float *kr = Kt + dk * 64;
-    const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16),
-                 k2 = _mm512_loadu_ps(kr + 32), k3 = _mm512_loadu_ps(kr + 48);
+    for (int j = 0; j < 4; j++) s[t][j] = acc ? _mm512_loadu_ps(o[t] + 16 * j) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k++) {
+    const float *br = B + k * ldb;
+    const __m512 b0 = _mm512_loadu_ps(br), b1 = _mm512_loadu_ps(br + 16),
+                 b2 = _mm512_loadu_ps(br + 32), b3 = _mm512_loadu_ps(br + 48);
 #pragma GCC unroll 4
     for (int t = 0; t < NR; t++) {
-      const __m512 qv = _mm512_set1_ps(q[t][dk]);
-      a[t][0] = _mm512_fmadd_ps(k0, qv, a[t][0]);
-      a[t][1] = _mm512_fmadd_ps(k1, qv, a[t][1]);
-      a[t][2] = _mm512_fmadd_ps(k2, qv, a[t][2]);
-      a[t][3] = _mm512_fmadd_ps(k3, qv, a[t][3]);
+      const __m512 av = _mm512_set1_ps(a[t][k]);
+      s[t][0] = _mm512_fmadd_ps(b0, av, s[t][0]);
+      s[t][1] = _mm512_fmadd_ps(b1, av, s[t][1]);
+      s[t][2] = _mm512_fmadd_ps(b2, av, s[t][2]);
+      s[t][3] = _mm512_fmadd_ps(b3, av, s[t][3]);
     }
   }
 #pragma GCC unroll 4
   for (int t = 0; t < NR; t++)
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) _mm512_storeu_ps(o[t] + 16 * j, a[t][j]);
+    for (int j = 0; j < 4; j++) _mm512_storeu_ps(o[t] + 16 * j, s[t][j]);
 }
 
-LE_TARGET_AVX512 static void fa_kq_rows_avx512(int64_t DK, const float *Kt, const float *Q,
-                                               float *KQ, const int *rows, int n) {
+/* fa_rows4 over rows[0..n): a[t] = A + rows[i] * lda, o[t] = O + rows[i] *
+ * ldo; four at a time, leftovers one by one. */
+LE_TARGET_AVX512 static void fa_rows_avx512(int acc, int64_t K, const float *B, int64_t ldb,
+                                            const float *A, int64_t lda, float *O, int64_t ldo,
+                                            const int *rows, int n) {
   int i = 0;
   for (; i + 4 <= n; i += 4) {
-    const float *q[4];
+    const float *a[4];
     float *o[4];
-    for (int t = 0; t < 4; t++) q[t] = Q + rows[i + t] * DK, o[t] = KQ + rows[i + t] * 64;
-    fa_kq4(4, DK, Kt, q, o);
+    for (int t = 0; t < 4; t++) a[t] = A + rows[i + t] * lda, o[t] = O + rows[i + t] * ldo;
+    fa_rows4(4, acc, K, B, ldb, a, o);
   }
   for (; i < n; i++) {
-    const float *q[4] = {Q + rows[i] * DK};
-    float *o[4] = {KQ + rows[i] * 64};
-    fa_kq4(1, DK, Kt, q, o);
+    const float *a[4] = {A + rows[i] * lda};
+    float *o[4] = {O + rows[i] * ldo};
+    fa_rows4(1, acc, K, B, ldb, a, o);
   }
 }
 
 int le_fa_kq_rows(int64_t DK, const float *Kt, const float *Q, float *KQ, const int *rows, int n) {
   if (le_simd() != LE_SIMD_AVX512) return 0;
-  fa_kq_rows_avx512(DK, Kt, Q, KQ, rows, n);
+  fa_rows_avx512(0, DK, Kt, 64, Q, DK, KQ, 64, rows, n);
   return 1;
-}
-
-/* Columns [d0, d0 + 64) of VKQ for NR rows. */
-LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
-fa_vacc4(const int NR, int64_t DV, int64_t d0, const float *Vt, const float *const w[4],
-         float *const o[4]) {
-  __m512 a[4][4];
-#pragma GCC unroll 4
-  for (int t = 0; t < NR; t++)
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) a[t][j] = _mm512_loadu_ps(o[t] + d0 + 16 * j);
-  for (int tk = 0; tk < 64; tk++) {
-    const float *vr = Vt + tk * DV + d0;
-    const __m512 v0 = _mm512_loadu_ps(vr), v1 = _mm512_loadu_ps(vr + 16),
-                 v2 = _mm512_loadu_ps(vr + 32), v3 = _mm512_loadu_ps(vr + 48);
-#pragma GCC unroll 4
-    for (int t = 0; t < NR; t++) {
-      const __m512 wv = _mm512_set1_ps(w[t][tk]);
-      a[t][0] = _mm512_fmadd_ps(v0, wv, a[t][0]);
-      a[t][1] = _mm512_fmadd_ps(v1, wv, a[t][1]);
-      a[t][2] = _mm512_fmadd_ps(v2, wv, a[t][2]);
-      a[t][3] = _mm512_fmadd_ps(v3, wv, a[t][3]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int t = 0; t < NR; t++)
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) _mm512_storeu_ps(o[t] + d0 + 16 * j, a[t][j]);
-}
-
-LE_TARGET_AVX512 static void fa_vacc_rows_avx512(int64_t DV, const float *Vt, const float *W,
-                                                 float *VKQ, const int *rows, int n) {
-  for (int64_t d0 = 0; d0 < DV; d0 += 64) {
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-      const float *w[4];
-      float *o[4];
-      for (int t = 0; t < 4; t++) w[t] = W + rows[i + t] * 64, o[t] = VKQ + rows[i + t] * DV;
-      fa_vacc4(4, DV, d0, Vt, w, o);
-    }
-    for (; i < n; i++) {
-      const float *w[4] = {W + rows[i] * 64};
-      float *o[4] = {VKQ + rows[i] * DV};
-      fa_vacc4(1, DV, d0, Vt, w, o);
-    }
-  }
 }
 
 int le_fa_vacc_rows(int64_t DV, const float *Vt, const float *W, float *VKQ, const int *rows,
                     int n) {
   if (le_simd() != LE_SIMD_AVX512 || DV % 64) return 0;
-  fa_vacc_rows_avx512(DV, Vt, W, VKQ, rows, n);
+  for (int64_t d0 = 0; d0 < DV; d0 += 64) /* 64 columns at a time */
+    fa_rows_avx512(1, 64, Vt + d0, DV, W, 64, VKQ + d0, DV, rows, n);
   return 1;
 }
 
-/* fa_cells_reg for NH query heads that share one V head (their dots
- * precomputed): the heads' scalar steps for a block of cells, then each
- * cell's V row widened once and added to every head's VKQ. Per head the
- * same operations in the same order as fa_cells_reg; across heads they are
- * independent, so the heads' f16 round trips (fma, then RNE to f16 and
- * back: a long latency per cell in one head's chain) overlap. */
+/* The cells of NH query heads that share one V head (NH = 1: a row alone),
+ * DV = 16 * NV, with each head's VKQ16 held in registers (as floats, each
+ * exactly an f16): in memory every cell's accumulation waits for the
+ * previous store. So cells go in blocks: first each head's scalar steps
+ * (fa_block_steps), then per cell its V row widened once and, per head,
+ * the same operations on VKQ as one cell at a time — scale by ms where the
+ * maximum rose, then fp16(fma(v, vs, VKQ)) — each rounded to f16 (hardware
+ * RNE, as ggml's AVX-512 vec_scale_f16/vec_mad_f16). Across heads the
+ * operations are independent, so the heads' f16 round trips (a long
+ * latency per cell in one head's chain) overlap. */
 LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
 fa_cells_heads(const int NV, const int NH, const le_fa_row *r, int64_t ic0, int64_t ic1,
                uint16_t *const *VKQ16, float *pS, float *pM) {
 #define FA_RNE(x) _mm512_cvtph_ps(_mm512_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT))
   __m512 acc[4][8];
   float S[4], M[4];
-  const int vexp = le_vexpf_ok();
+  const fa_vexpf_fn vexpf = le_vexpf_ok() ? le_vexpf_avx512 : NULL;
 #pragma GCC unroll 4
   for (int h = 0; h < NH; h++) {
 #pragma GCC unroll 8
@@ -367,7 +270,7 @@ fa_cells_heads(const int NV, const int NH, const le_fa_row *r, int64_t ic0, int6
       for (int64_t o = 0; o < 2 * 16 * NV; o += 64)
         __builtin_prefetch(r[0].vb + (c0 + c) * r[0].vst + o, 0, 3);
     for (int h = 0; h < NH; h++)
-      fa_block_steps_512(&r[h], c0, nc, vexp, &M[h], &S[h], use[h], msb[h], vsb[h]);
+      fa_block_steps(&r[h], c0, nc, vexpf, &M[h], &S[h], use[h], msb[h], vsb[h]);
     for (int c = 0; c < nc; c++) {
       const uint16_t *x = (const uint16_t *)(const void *)(r[0].vb + (c0 + c) * r[0].vst);
       __m512 v[8];
@@ -399,6 +302,14 @@ fa_cells_heads(const int NV, const int NH, const le_fa_row *r, int64_t ic0, int6
 #undef FA_RNE
 }
 
+LE_TARGET_AVX512 static void fa_cells_f16_reg4(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                               uint16_t *VKQ16, float *pS, float *pM) {
+  fa_cells_heads(4, 1, r, ic0, ic1, &VKQ16, pS, pM);
+}
+LE_TARGET_AVX512 static void fa_cells_f16_reg8(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                               uint16_t *VKQ16, float *pS, float *pM) {
+  fa_cells_heads(8, 1, r, ic0, ic1, &VKQ16, pS, pM);
+}
 LE_TARGET_AVX512 static void fa_cells_f16_heads4(const le_fa_row *r, int64_t ic0, int64_t ic1,
                                                  uint16_t *const *VKQ16, float *pS, float *pM) {
   fa_cells_heads(4, 4, r, ic0, ic1, VKQ16, pS, pM);
