@@ -36,7 +36,7 @@ const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
 
 /** One benchmark configuration: the same for both engines. */
-interface Spec {
+export interface Spec {
   model: string;
   threads: number;
   /** Prompt tokens timed in one batch. */
@@ -56,10 +56,12 @@ interface ChildResult {
   tg: number[];
   loadMs: number;
   peakRssMiB: number;
+  /** llama.cpp's CPU variant (libggml-cpu-<variant>.so). */
+  variant?: string;
 }
 
 /** What the timing loop needs of an engine. */
-interface Driver {
+export interface Driver {
   readonly nVocab: number;
   clear(): void;
   /** Evaluates tokens after what the context holds (at most nBatch). */
@@ -72,14 +74,16 @@ function peakRssMiB(): number {
   return m ? Number(m[1]) / 1024 : NaN;
 }
 
-function median(xs: number[]): number {
+/** The middle value (mean of the two middle ones for an even count). */
+export function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 }
 
 /** (max - min) / median: how far apart the repetitions are. */
-function spread(xs: number[]): number {
+/** (max - min) / median: how far apart the repetitions are. */
+export function spread(xs: number[]): number {
   return xs.length < 2 ? 0 : (Math.max(...xs) - Math.min(...xs)) / median(xs);
 }
 
@@ -88,7 +92,8 @@ function spread(xs: number[]): number {
 // anything else runs): it is withheld.
 const SPREAD_MAX = 0.25;
 
-function loadAvg(): number {
+/** The 1-minute load average (NaN where /proc is not readable). */
+export function loadAvg(): number {
   try {
     return Number(Deno.readTextFileSync("/proc/loadavg").split(" ")[0]);
   } catch {
@@ -105,12 +110,16 @@ function randomTokens(n: number, nVocab: number, seed: number): number[] {
 }
 
 // Context size and batch of both engines: the depth, then the timed tokens.
-function contextSize(s: Spec): number {
+export function contextSize(s: Spec): number {
   return s.depth + s.pp + s.tg + 16;
 }
 
 /** Times pp and tg `reps` times, each after filling the context with `depth` tokens. */
-async function timeRuns(e: Driver, s: Spec, reps: number): Promise<{ pp: number[]; tg: number[] }> {
+export async function timeRuns(
+  e: Driver,
+  s: Spec,
+  reps: number,
+): Promise<{ pp: number[]; tg: number[] }> {
   const fill = randomTokens(s.depth, e.nVocab, 3);
   const prompt = randomTokens(s.pp, e.nVocab, 1);
   const gen = randomTokens(s.tg, e.nVocab, 2);
@@ -167,7 +176,10 @@ async function childOurs(s: Spec, reps: number): Promise<ChildResult> {
 }
 
 async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
-  const { loadOracle } = await import("../tests/oracle/oracle.ts");
+  const { loadOracle, ORACLE_CPU_ENV } = await import("../tests/oracle/oracle.ts");
+  // The variant llama.cpp itself would load (the tests may pick another whose
+  // bits our kernels follow), unless the caller named one.
+  if (!Deno.env.get(ORACLE_CPU_ENV)) Deno.env.set(ORACLE_CPU_ENV, "best");
   const oracle = await loadOracle();
   const t0 = performance.now();
   using m = oracle.load(s.model);
@@ -190,7 +202,7 @@ async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
     s,
     reps,
   );
-  return { engine: "llama.cpp", ...r, loadMs, peakRssMiB: peakRssMiB() };
+  return { engine: "llama.cpp", ...r, loadMs, peakRssMiB: peakRssMiB(), variant: oracle.cpu.name };
 }
 
 async function runChild(engine: string, s: Spec): Promise<ChildResult> {
@@ -245,6 +257,8 @@ interface FileResult {
     ChildResult["engine"],
     { pp: Metric; tg: Metric; peakRssMiB: number; loadMs: number }
   >;
+  /** llama.cpp's CPU variant (libggml-cpu-<variant>.so). */
+  llamaVariant?: string;
   /** ours / llama.cpp; null where a spread exceeds SPREAD_MAX. */
   ratio: { pp: number | null; tg: number | null; rss: number };
   /** The tg bandwidth bound (bench/bandwidth.ts), when the probe ran. */
@@ -284,6 +298,7 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
     reps,
     loadAvg: { before, after },
     engines: { "llm-edge": a, "llama.cpp": b },
+    llamaVariant: llama[0]?.variant,
     ratio: { pp: ratio("pp"), tg: ratio("tg"), rss: a.peakRssMiB / b.peakRssMiB },
   };
 }
@@ -291,7 +306,8 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
 function printFile(f: FileResult): void {
   const name = f.model.split("/").pop()!;
   const at = (f.depth ? ` depth=${f.depth}` : "") + (f.flashAttn ? " flash-attn" : "");
-  console.log(`\n${name}  threads=${f.threads}${at}  reps=${f.reps} (medians, ±spread)`);
+  const variant = f.llamaVariant ? `  llama.cpp cpu variant: ${f.llamaVariant}` : "";
+  console.log(`\n${name}  threads=${f.threads}${at}  reps=${f.reps} (medians, ±spread)${variant}`);
   console.log(
     `  engine         pp${f.pp} tok/s        tg${f.tg} tok/s   peak RSS MiB   load ms`,
   );
@@ -345,7 +361,7 @@ const FTYPES: Record<string, keyof typeof Ftype> = {
 
 // The random models' shapes: 125m is writeRandomLlama's default; 1.1b is
 // TinyLlama-1.1B's (the issue's "1.1B-shape random llama").
-const SHAPES: Record<
+export const BENCH_SHAPES: Record<
   string,
   { nEmbd?: number; nLayer?: number; nHead?: number; nHeadKv?: number; nFF?: number }
 > = {
@@ -463,7 +479,7 @@ async function run(
       console.error(`bench: writing a random ${a.shape} llama to ${model} ...`);
       await writeRandomLlama(model, {
         type: "f16",
-        ...SHAPES[a.shape],
+        ...BENCH_SHAPES[a.shape],
         tokenizerFrom: join(ROOT, "..", "shared", "fixtures", "models", "llama-2-tiny-random.gguf"),
       });
     }

@@ -205,3 +205,34 @@ Deno.test("nGpuLayers over the host emulation: logits identical to the cpu, weig
     setCudaLibrary(null);
   }
 });
+
+Deno.test("deno task bench:gpu: times the CUDA backend (host emulation), one-line error without a device", async () => {
+  const { buildCuda } = await import("../ffi/cuda_build.ts");
+  const emu = await buildCuda({ verbose: false, target: "cuda-emu" });
+  const script = new URL("../bench/gpu.ts", import.meta.url).pathname;
+  const bench = async (env: Record<string, string>, ...extra: string[]) => {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", script, "-m", MODEL, "-p", "8", "-n", "2", "--reps", "2", ...extra],
+      env,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = (b: Uint8Array) => new TextDecoder().decode(b).trim();
+    return { code: out.code, stdout: text(out.stdout), stderr: text(out.stderr) };
+  };
+  const ok = await bench({ LLM_EDGE_CUDA_LIB: emu }, "--gpu-layers", "3");
+  assert.equal(ok.code, 0, ok.stderr);
+  const lines = ok.stdout.split("\n");
+  assert.match(lines[0], /^tolstoy-6m-f16\.gguf on host emulation \(sm_\d+\), gpu-layers 3, /);
+  assert.match(lines[1], /^ {2}pp8: \d+\.\d tok\/s ±\d+% \(\d+\.\d, \d+\.\d\)$/);
+  assert.match(lines[2], /^ {2}tg2: \d+\.\d tok\/s ±\d+% \(\d+\.\d, \d+\.\d\)$/);
+  assert.equal(
+    (await bench({}, "--gpu-layers", "0")).stderr,
+    "bench:gpu: --gpu-layers 0 is the CPU: use deno task bench (see --help)",
+  );
+  if (!probe.ok) {
+    const none = await bench({});
+    assert.equal(none.code, 1);
+    assert.equal(none.stderr, `bench:gpu: ${probe.reason}`);
+  }
+});

@@ -432,13 +432,18 @@ Deno.test("every CUDA op case is a valid node the CUDA op table accepts (runs on
 });
 
 // Every case on `cuda` against the CPU backend; the failures, one line each.
+// LLM_EDGE_CUDA_NMSE_LOG=1 prints every case's NMSE (for a GPU session's record).
 async function compareOps(cuda: CudaBackend): Promise<string[]> {
   using cpu = await CpuBackend.create({ threads: 2 });
+  const log = Deno.env.get("LLM_EDGE_CUDA_NMSE_LOG") === "1";
   const failures: string[] = [];
   for (const c of cases()) {
     const want = decode(c.dst, await run(cpu, c));
     const got = decode(c.dst, await run(cuda, c));
     const e = nmse(got, want);
+    if (log) {
+      console.log(`nmse ${cuda.device.name}: ${c.name} ${e.toExponential(2)} (bound ${c.nmse})`);
+    }
     if (!(e <= c.nmse)) failures.push(`${c.name}: NMSE ${e.toExponential(2)} > ${c.nmse}`);
   }
   return failures;

@@ -363,7 +363,11 @@ export function assertGreedyMatch(
   return { upto, worst, firstDifferent };
 }
 
-/** Environment variable that makes the oracle load one CPU variant (e.g. "haswell"). */
+/**
+ * Environment variable that makes the oracle load one CPU variant (e.g.
+ * "haswell"), or "best": the variant ggml itself picks, even one our kernels
+ * do not follow (the benchmarks, which compare speed, not bits).
+ */
 export const ORACLE_CPU_ENV = "LLM_EDGE_ORACLE_CPU";
 
 /** The llama.cpp CPU backend variant the oracle loaded. */
@@ -530,7 +534,7 @@ function followedVariant(lib: Deno.DynamicLibrary<typeof BASE>): string {
  *
  * llama.cpp loads the best CPU variant this machine runs, or only the one
  * named by the LLM_EDGE_ORACLE_CPU environment variable (e.g. "haswell" on
- * an AVX-512 host). Every call also puts our kernels at the SIMD level that
+ * an AVX-512 host; "best": ggml's own pick). Every call also puts our kernels at the SIMD level that
  * follows that variant's operation order ({@link OracleCpu.simdLevel}), so
  * each comparison pairs matching orders even after a test changed the level.
  */
@@ -542,7 +546,7 @@ export async function loadOracle(): Promise<Oracle> {
     if (forced && !/^[a-z0-9_.]+$/.test(forced)) {
       throw new Error(`oracle: ${ORACLE_CPU_ENV}=${forced} is not a variant name`);
     }
-    const variant = forced || followedVariant(lib);
+    const variant = forced === "best" ? "" : forced || followedVariant(lib);
     const rc = lib.symbols.or_init(
       cstr(ORACLE_BIN),
       Deno.env.get("ORACLE_VERBOSE") ? 1 : 0,
