@@ -206,3 +206,30 @@ Deno.test("nonblocking compute leaves the event loop free and runs on mapped wei
   assert.equal(h, 0x4747);
   assert.equal(got[0], 7.27734375); // 0x4747 as IEEE half
 });
+
+Deno.test("le_alloc: a large block is zero and resident only where written; le_free refuses an address inside a block", () => {
+  const anonKiB = () =>
+    Number(/RssAnon:\s+(\d+) kB/.exec(Deno.readTextFileSync("/proc/self/status"))![1]);
+  const size = 256 << 20;
+  const before = anonKiB();
+  const p = lib.symbols.le_alloc(BigInt(size), 64n);
+  assert.ok(p !== null, lib.lastError());
+  assert.equal(Number(Deno.UnsafePointer.value(p)) % (2 << 20), 0, "on a 2 MiB boundary");
+  // A compute arena's untouched tail must cost nothing (a memset made all of it resident).
+  assert.ok(anonKiB() - before < 16 << 10, `${anonKiB() - before} KiB resident after le_alloc`);
+  const view = new Uint8Array(Deno.UnsafePointerView.getArrayBuffer(p, size));
+  for (let i = 0; i < size; i += 1 << 20) assert.equal(view[i] | view[i + (1 << 20) - 1], 0);
+  view.fill(1, 0, 8 << 20);
+  assert.ok(anonKiB() - before >= 8 << 10, "written pages are resident");
+  lib.symbols.le_free(p);
+  // An address inside a block, not its start, leaves memory alone.
+  const small = lib.symbols.le_alloc(100n, 64n);
+  assert.ok(small !== null);
+  assert.equal(
+    new Uint8Array(Deno.UnsafePointerView.getArrayBuffer(small, 100)).every((b) => b === 0),
+    true,
+  );
+  lib.symbols.le_free(Deno.UnsafePointer.offset(small, 64)!);
+  assert.match(lib.lastError(), /^le_free: 0x[0-9a-f]+ is not a block of le_alloc$/);
+  lib.symbols.le_free(small);
+});

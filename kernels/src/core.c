@@ -121,6 +121,21 @@ int le_cpu_vnni(void) {
 #define LE_HUGE_MIN ((uint64_t)4 << 20)
 #define LE_HUGE_PAGE ((uint64_t)2 << 20)
 
+/* Every block carries, just before it, where its allocation begins and how
+ * it was made, so le_free needs no size from the caller. */
+typedef struct {
+  void *base;    /* what posix_memalign or mmap returned */
+  size_t len;    /* mmap's length; 0: posix_memalign's */
+  uint64_t magic;
+} le_block_head;
+#define LE_BLOCK_MAGIC 0x6b636f6c622d656cULL /* "le-block" */
+
+static void *le_block(void *base, size_t len, size_t align) {
+  char *p = (char *)(((uintptr_t)base + sizeof(le_block_head) + align - 1) & ~(uintptr_t)(align - 1));
+  ((le_block_head *)p)[-1] = (le_block_head){base, len, LE_BLOCK_MAGIC};
+  return p;
+}
+
 void *le_alloc(uint64_t size, uint64_t align) {
   if (align < 64) align = 64;
   if (align & (align - 1)) {
@@ -128,28 +143,60 @@ void *le_alloc(uint64_t size, uint64_t align) {
     return NULL;
   }
   if (size == 0) size = 1;
-#if defined(MADV_HUGEPAGE)
-  /* Large buffers (weights, repacked copies, KV caches) are streamed by
-   * matrix-vector products: on 2 MiB pages the loads miss the TLB far less
-   * (a read-bandwidth probe on Zen 4: 30 -> 33.5 GB/s). Where transparent
-   * huge pages are "madvise" only, this asks for them; the zero-fill below
-   * then faults them in. */
-  const int huge = size >= LE_HUGE_MIN;
-  if (huge && align < LE_HUGE_PAGE) align = LE_HUGE_PAGE;
+  if (size > (uint64_t)SIZE_MAX / 2 || align > LE_HUGE_PAGE) {
+    le_set_error("le_alloc: %llu bytes at alignment %llu is more than this build can map",
+                 (unsigned long long)size, (unsigned long long)align);
+    return NULL;
+  }
+#if defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
+  if (size >= LE_HUGE_MIN) {
+    /* Large buffers (weights, repacked copies, KV caches, compute arenas):
+     * fresh pages from mmap are zero already and become resident only where
+     * written, so a compute arena's pages that no tensor of the graph
+     * reaches cost no memory (a memset made all of a 1.1B model's 70 MiB
+     * arena resident, where llama.cpp's compute buffer had 50 MiB). They are
+     * streamed by matrix-vector products: on 2 MiB pages the loads miss the
+     * TLB far less (a read-bandwidth probe on Zen 4: 30 -> 33.5 GB/s), so
+     * they are asked for where transparent huge pages are "madvise" only. */
+    const size_t len = (size_t)size + LE_HUGE_PAGE + 4096;
+    void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      le_set_error("le_alloc: out of memory mapping %llu bytes: %s", (unsigned long long)size,
+                   strerror(errno));
+      return NULL;
+    }
+    void *p = le_block(base, len, LE_HUGE_PAGE);
+    (void)madvise(p, (size_t)size & ~(size_t)(LE_HUGE_PAGE - 1), MADV_HUGEPAGE);
+    return p;
+  }
 #endif
-  void *p = NULL;
-  if (posix_memalign(&p, (size_t)align, (size_t)size) != 0) {
+  void *base = NULL;
+  if (posix_memalign(&base, (size_t)align, (size_t)(size + align)) != 0) {
     le_set_error("le_alloc: out of memory allocating %llu bytes", (unsigned long long)size);
     return NULL;
   }
-#if defined(MADV_HUGEPAGE)
-  if (huge) (void)madvise(p, (size_t)size & ~(size_t)(LE_HUGE_PAGE - 1), MADV_HUGEPAGE);
-#endif
+  void *p = le_block(base, 0, (size_t)align);
   memset(p, 0, (size_t)size);
   return p;
 }
 
-void le_free(void *p) { free(p); }
+void le_free(void *p) {
+  if (!p) return;
+  const le_block_head h = ((const le_block_head *)p)[-1];
+  /* TypeScript frees only blocks it holds, once; this catches an address
+   * inside a block (a freed block's head may be gone with its pages). */
+  if (h.magic != LE_BLOCK_MAGIC) {
+    le_set_error("le_free: %p is not a block of le_alloc", p);
+    return;
+  }
+#if defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
+  if (h.len) {
+    munmap(h.base, h.len);
+    return;
+  }
+#endif
+  free(h.base);
+}
 
 #if defined(__wasi__)
 /* wasm32: the module sees no files; the host copies models into its memory. */

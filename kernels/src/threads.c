@@ -392,8 +392,8 @@ void le_ctx_free(le_ctx *ctx) {
   pthread_mutex_destroy(&ctx->mu);
   pthread_cond_destroy(&ctx->cv);
   free(ctx->workers);
-  free(ctx->wdata);
-  free(ctx->chunks);
+  le_free(ctx->wdata);
+  le_free(ctx->chunks);
   free(ctx->sync);
   free(ctx);
 }
@@ -480,13 +480,13 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   }
   if (n_nodes > ctx->cap_nodes) {
     const int32_t cap = n_nodes > 2 * ctx->cap_nodes ? n_nodes : 2 * ctx->cap_nodes;
-    free(ctx->chunks);
+    le_free(ctx->chunks);
     free(ctx->sync);
     ctx->cap_nodes = 0;
     ctx->chunks = le_alloc((size_t)cap * sizeof(le_chunk), 64);
     ctx->sync = malloc((size_t)cap);
     if (!ctx->chunks || !ctx->sync) {
-      free(ctx->chunks);
+      le_free(ctx->chunks);
       free(ctx->sync);
       ctx->chunks = NULL;
       ctx->sync = NULL;
@@ -516,7 +516,7 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
     for (int i = 1; i < n_nodes; i++) ctx->n_barriers += ctx->sync[i] & LE_SYNC_BEFORE;
   }
   if (need > ctx->wsize) {
-    free(ctx->wdata);
+    le_free(ctx->wdata);
     ctx->wsize = 0;
     need = (need + 4095) & ~(size_t)4095;
     ctx->wdata = le_alloc(need, 64);

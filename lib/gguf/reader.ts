@@ -70,13 +70,24 @@ class Cursor {
     return this.fileSize - this.pos;
   }
 
-  /** Ensures n bytes at pos exist in the file and in the prefix we were given. */
-  need(n: number, field: string): void {
+  /**
+   * Ensures n bytes at pos exist in the file and in the prefix we were given.
+   * `index` (an array item's) and `suffix` complete the field's name, built
+   * only for an error: a vocabulary's strings must not each cost a name.
+   */
+  need(n: number, field: string, index = -1, suffix = ""): void {
     if (n > this.fileSize - this.pos) {
-      this.fail(`truncated: needs ${n} bytes, the file has ${this.remaining} left`, field);
+      this.fail(
+        `truncated: needs ${n} bytes, the file has ${this.remaining} left`,
+        fieldName(field, index, suffix),
+      );
     }
     if (this.pos + n > this.end) {
-      throw new GGUFNeedMoreError(this.pos + n, { path: this.path, offset: this.pos, field });
+      throw new GGUFNeedMoreError(this.pos + n, {
+        path: this.path,
+        offset: this.pos,
+        field: fieldName(field, index, suffix),
+      });
     }
   }
 
@@ -108,21 +119,26 @@ class Cursor {
     return v;
   }
 
-  string(field: string): string {
+  /** A string: u64 length, then UTF-8 bytes; `index` as for {@link need}. */
+  string(field: string, index = -1): string {
     const at = this.pos;
-    const len = this.u64(`${field}.length`);
-    if (len > BigInt(GGUF_MAX_STRING_LENGTH)) {
-      this.fail(`string length ${len} exceeds the 1 GiB maximum`, `${field}.length`, at);
-    }
-    if (len > BigInt(this.remaining)) {
+    this.need(8, field, index, ".length");
+    // The u64 length as two u32: a BigInt per string was most of the
+    // garbage of reading a vocabulary (it grew V8's heap by ~10 MiB).
+    const lo = this.dv.getUint32(at, true), hi = this.dv.getUint32(at + 4, true);
+    this.pos += 8;
+    const n = hi * 2 ** 32 + lo; // exact below 2^53; only compared above that
+    if (n > GGUF_MAX_STRING_LENGTH || n > this.remaining) {
+      const len = (BigInt(hi) << 32n) | BigInt(lo);
       this.fail(
-        `string length ${len} exceeds the ${this.remaining} bytes left in the file`,
-        `${field}.length`,
+        n > GGUF_MAX_STRING_LENGTH
+          ? `string length ${len} exceeds the 1 GiB maximum`
+          : `string length ${len} exceeds the ${this.remaining} bytes left in the file`,
+        fieldName(field, index, ".length"),
         at,
       );
     }
-    const n = Number(len);
-    this.need(n, field);
+    this.need(n, field, index);
     const v = this.bytes.subarray(this.pos, this.pos + n);
     // A copy when the file lies in shared WebAssembly memory (the threaded
     // build): browsers' TextDecoder refuses shared views.
@@ -130,6 +146,10 @@ class Cursor {
     this.pos += n;
     return s;
   }
+}
+
+function fieldName(field: string, index: number, suffix: string): string {
+  return index < 0 ? field + suffix : `${field}[${index}]${suffix}`;
 }
 
 function scalar(c: Cursor, type: number, field: string): GGUFScalar {
@@ -213,7 +233,7 @@ function array(c: Cursor, field: string, depth: number): GGUFArray {
   const n = Number(count);
   if (itemType === GGUFValueType.STRING) {
     const values: string[] = [];
-    for (let i = 0; i < n; i++) values.push(c.string(`${field}[${i}]`));
+    for (let i = 0; i < n; i++) values.push(c.string(field, i));
     return { itemType, values };
   }
   if (itemType === GGUFValueType.ARRAY) {
