@@ -26,16 +26,54 @@ static void q8_0_from_float_ref(const float *x, void *vy, int64_t n) {
   }
 }
 
-/* ggml-cpu's x86 quantize_row_q8_0: same scale, multiplier 127/amax and
- * round-to-nearest-even. Every step is an exact IEEE operation, so this
- * scalar form gives the same bytes as the vector one. x86 builds without
- * AVX (llama.cpp's x64 and sse42 variants, which our scalar level
- * follows) fall back to quantize_row_q8_0_ref. */
+#if defined(LE_X86)
+/* ggml-cpu's x86 quantize_row_q8_0, instruction for instruction (its AVX2
+ * form, which its AVX-512 variants compile too): the block's amax by lane
+ * maxima, d = amax/127, x * (127/amax) rounded to nearest even, packed with
+ * saturation. In the prompt of a 1.1B Q8_0 model the scalar form, one
+ * nearbyintf call per element, was 5% of the time. */
+LE_TARGET_AVX2 static void q8_0_act_avx2(const float *x, void *vy, int64_t n) {
+  le_block_q8_0 *y = vy;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t i = 0; i < n / LE_QK; i++, x += LE_QK) {
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    __m256 amax = _mm256_andnot_ps(sign, v0);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v1));
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v2));
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v3));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float m = _mm_cvtss_f32(m4);
+    y[i].d = le_fp32_to_fp16(m / 127.0f);
+    const __m256 id = _mm256_set1_ps(m != 0.0f ? 127.0f / m : 0.0f);
+    v0 = _mm256_round_ps(_mm256_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v1 = _mm256_round_ps(_mm256_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v2 = _mm256_round_ps(_mm256_mul_ps(v2, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v3 = _mm256_round_ps(_mm256_mul_ps(v3, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i i01 = _mm256_packs_epi32(_mm256_cvtps_epi32(v0), _mm256_cvtps_epi32(v1));
+    const __m256i i23 = _mm256_packs_epi32(_mm256_cvtps_epi32(v2), _mm256_cvtps_epi32(v3));
+    /* the packs work per 128-bit half: the permute puts the bytes back in order */
+    const __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i01, i23), perm);
+    _mm256_storeu_si256((__m256i *)y[i].qs, q);
+  }
+}
+#endif
+
+/* The vector form's arithmetic one element at a time (every step is an
+ * exact IEEE operation: the same bytes for finite input), for builds
+ * without x86; x86 builds without AVX (llama.cpp's x64 and sse42 variants,
+ * which our scalar level follows) use quantize_row_q8_0_ref. */
 void le_quantize_q8_0_act(const float *x, void *vy, int64_t n) {
   if (le_simd() == LE_SIMD_SCALAR) {
     q8_0_from_float_ref(x, vy, n);
     return;
   }
+#if defined(LE_X86)
+  q8_0_act_avx2(x, vy, n);
+#else
   le_block_q8_0 *y = vy;
   for (int64_t i = 0; i < n / LE_QK; i++) {
     const float *xb = x + i * LE_QK;
@@ -45,6 +83,7 @@ void le_quantize_q8_0_act(const float *x, void *vy, int64_t n) {
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     for (int j = 0; j < LE_QK; j++) y[i].qs[j] = (int8_t)nearbyintf(xb[j] * id);
   }
+#endif
 }
 
 static void dot_q8_0_scalar(int64_t n, float *s, const void *vx, const void *vy) {
