@@ -154,3 +154,31 @@ Deno.test("vec_dot: tolerances; scalar level = llama.cpp x64; AVX2 = AVX-512", a
     assert.equal(x64Checked, WEIGHT_TYPES.length * rows.length, "x64 oracle reachable");
   }
 });
+
+Deno.test("Q8_K quantizer: the vector form gives the scalar form's bytes, NaN, infinities and ties included", () => {
+  // llama.cpp's x86 quantize_row_q8_K is its reference; ours runs it eight
+  // lanes at a time at the x86 levels: the bytes must not change.
+  const feats = lib.symbols.le_cpu_features();
+  const levels: number[] = [SimdLevel.SCALAR, ...(feats & 1 ? [SimdLevel.AVX2] : [])];
+  if (feats & 2) levels.push(SimdLevel.AVX512);
+  const n = 256 * 64, x = new Float32Array(n);
+  let a = 12345;
+  const r = () => (a = (Math.imul(a, 1664525) + 1013904223) >>> 0) / 2 ** 32;
+  for (let i = 0; i < n; i++) x[i] = (r() - 0.5) * 10 ** (r() * 8 - 4);
+  x.fill(0, 256, 512); // an all-zero block
+  [x[600], x[700], x[800], x[900]] = [3, -3, -3, 3]; // the first of tied magnitudes is the max
+  [x[1029], x[1287], x[1545], x[1795]] = [NaN, Infinity, -Infinity, 1e-40];
+  for (let i = 2048; i < 2304; i++) x[i] = (i % 2 ? 1 : -1) * 0.5;
+  const bytes = (level: number) => {
+    assert.equal(lib.symbols.le_set_simd_level(level), level);
+    const y = new Uint8Array(292 * (n / 256));
+    assert.equal(lib.symbols.le_quantize_row(GGMLType.Q8_K, x, y, BigInt(n)), 0);
+    return y;
+  };
+  try {
+    const want = bytes(SimdLevel.SCALAR);
+    for (const level of levels.slice(1)) assert.deepEqual(bytes(level), want, `level ${level}`);
+  } finally {
+    lib.symbols.le_set_simd_level(SimdLevel.BEST);
+  }
+});
