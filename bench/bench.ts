@@ -14,9 +14,11 @@
  * sampler chain / grammar per-token costs are measured too. `--depth N`
  * times pp and tg with N tokens already in the context (llama-bench's -d).
  * Each engine's medians come with their spread ((max - min) / median);
- * a ratio whose repetitions spread more than 25% is withheld, and the load
- * average before and after is printed, since both engines' figures mean
- * little when anything else runs (ggml's threads busy-wait). `--json`
+ * a ratio whose repetitions spread more than 25% is withheld, and the CPU
+ * that other processes took during the runs (bench/contention.ts; the load
+ * average is printed too) marks a busy machine's figures, since both
+ * engines' figures mean little when anything else runs (ggml's threads
+ * busy-wait). `--json`
  * prints everything as one JSON document. With tg runs, the machine's read
  * bandwidth is measured first (bench/bandwidth.c) and each file's tg bound
  * (bandwidth / weight bytes read per token) printed with both engines'
@@ -31,6 +33,7 @@ import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { Ftype } from "../lib/quant/rules.ts";
 import { type Bandwidth, measureBandwidth, type TgBound, tgBound } from "./bandwidth.ts";
+import { type Contention, contention, cpuSnapshot } from "./contention.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -253,6 +256,8 @@ interface FileResult {
   reps: number;
   /** 1-minute load average before the first and after the last run. */
   loadAvg: { before: number; after: number };
+  /** CPU other processes took during the runs (bench/contention.ts), where /proc was readable. */
+  contention?: Contention;
   engines: Record<
     ChildResult["engine"],
     { pp: Metric; tg: Metric; peakRssMiB: number; loadMs: number }
@@ -272,13 +277,13 @@ function metric(runs: number[]): Metric {
 /** Benchmarks one file: alternating child runs, medians, spreads, ratios. */
 async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileResult> {
   const ours: ChildResult[] = [], llama: ChildResult[] = [];
-  const before = loadAvg();
+  const before = loadAvg(), cpu0 = cpuSnapshot();
   for (let r = 0; r < reps; r++) {
     if (!quiet) console.error(`bench: ${s.model.split("/").pop()} rep ${r + 1}/${reps}`);
     llama.push(await runChild("llama.cpp", s));
     ours.push(await runChild("llm-edge", s));
   }
-  const after = loadAvg();
+  const after = loadAvg(), cpu1 = cpuSnapshot();
   const row = (rs: ChildResult[]) => ({
     pp: metric(rs.flatMap((x) => x.pp)),
     tg: metric(rs.flatMap((x) => x.tg)),
@@ -297,6 +302,7 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
     flashAttn: s.flashAttn,
     reps,
     loadAvg: { before, after },
+    contention: cpu0 && cpu1 ? contention(cpu0, cpu1) : undefined,
     engines: { "llm-edge": a, "llama.cpp": b },
     llamaVariant: llama[0]?.variant,
     ratio: { pp: ratio("pp"), tg: ratio("tg"), rss: a.peakRssMiB / b.peakRssMiB },
@@ -337,16 +343,23 @@ function printFile(f: FileResult): void {
       }`,
     );
   }
+  const c = f.contention;
   console.log(
     `  load average (1 min): ${f.loadAvg.before.toFixed(2)} before, ${
       f.loadAvg.after.toFixed(2)
-    } after${
-      // the runs' own threads raise the load by about f.threads
-      f.loadAvg.before > 0.5 || f.loadAvg.after > f.threads + 0.5
+    } after; other processes used ${c ? c.otherCores.toFixed(2) : "?"} cores, steal ${
+      c ? c.stealCores.toFixed(2) : "?"
+    } cores${
+      c && c.otherCores > OTHER_MAX
         ? "  (other work was running: figures are not a quiet machine's)"
-        : ""}`,
+        : ""
+    }`,
   );
 }
+
+// Other processes' CPU above this many cores marks a file's figures as a
+// busy machine's (ggml's busy-waiting threads lose most when anything runs).
+const OTHER_MAX = 0.25;
 
 const FTYPES: Record<string, keyof typeof Ftype> = {
   q8_0: "Q8_0",
