@@ -17,6 +17,7 @@ import { join } from "node:path";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
+import { liveCopies } from "../lib/backend/cpu_repack.ts";
 import type { Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
 import type { BackendBuffer } from "../lib/ggml/memory.ts";
 import { mapFile } from "../lib/gguf/mmap.ts";
@@ -231,6 +232,43 @@ Deno.test({
       } finally {
         lib.symbols.le_set_simd_level(level);
       }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name: "repack: backends reading the same weight share one copy, freed with the last of them" +
+    (avx2 ? "" : " [skipped: no AVX2]"),
+  ignore: !avx2,
+  fn: async () => {
+    const a = weights(K, 24, 5);
+    const b = Float32Array.from({ length: K * 3 }, (_, i) => Math.sin(i) * 2);
+    const dir = await Deno.makeTempDir();
+    try {
+      const path = join(dir, "w.bin");
+      await Deno.writeFile(path, a);
+      using map = mapFile(path, lib);
+      const before = liveCopies(lib);
+      const one = new CpuBackend({ threads: 2, library: lib });
+      const two = new CpuBackend({ threads: 1, library: lib });
+      const want = await mulMat(one, map, 0, K, 24, b);
+      assertSameBits(await mulMat(two, map, 0, K, 24, b), want, 24, "second backend");
+      // Each reads it, one copy exists (a model's contexts each made their own).
+      assert.equal(one.repackedBytes, a.length);
+      assert.equal(two.repackedBytes, a.length);
+      assert.equal(liveCopies(lib), before + 1);
+      one[Symbol.dispose]();
+      // Still held by the other backend: not freed under it.
+      assert.equal(liveCopies(lib), before + 1);
+      assertSameBits(await mulMat(two, map, 0, K, 24, b), want, 24, "after the first is freed");
+      two[Symbol.dispose]();
+      assert.equal(liveCopies(lib), before);
+      // A later backend makes it again.
+      using three = new CpuBackend({ threads: 2, library: lib });
+      assertSameBits(await mulMat(three, map, 0, K, 24, b), want, 24, "made again");
+      assert.equal(liveCopies(lib), before + 1);
     } finally {
       await Deno.remove(dir, { recursive: true });
     }

@@ -11,7 +11,7 @@ import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "
 import { byteExtent, HostBuffer, type OwnedBuffer } from "../ggml/memory.ts";
 import { ggmlTypeInfo } from "../ggml/types.ts";
 import { checkAllRowIds, validateNode } from "./validate.ts";
-import { WeightRepacker } from "./cpu_repack.ts";
+import { releaseCopies, type SharedCopy, WeightRepacker } from "./cpu_repack.ts";
 import { loadLibrary, loadLibrarySync, type NativeLibrary } from "../../ffi/library.ts";
 import {
   LE_CANCELLED,
@@ -156,6 +156,8 @@ interface NativeState {
   readonly buffers: Set<CpuBuffer>;
   /** Encoded command buffers, most recently used first, keyed by the node array. */
   readonly programs: Program[];
+  /** The shared repacked weights this backend reads (cpu_repack.ts). */
+  readonly copies: Set<SharedCopy>;
 }
 
 function freeProgram(s: NativeState, p: Program): void {
@@ -175,6 +177,7 @@ function freeState(s: NativeState): void {
     s.lib.symbols.le_free(b.ptr);
   }
   s.buffers.clear();
+  releaseCopies(s.lib, s.copies);
 }
 
 /** Frees the native state of backends that were never disposed. */
@@ -233,10 +236,8 @@ export class CpuBackend implements Backend {
     this.#syncBelowMs = sync;
     const ctx = lib.symbols.le_ctx_new(t);
     if (ctx === null) throw new NativeComputeError(`le_ctx_new: ${lib.lastError()}`);
-    this.#s = { lib, ctx, buffers: new Set(), programs: [] };
-    this.#repack = options.repack === false
-      ? null
-      : new WeightRepacker(lib, (size) => ({ address: address(this.alloc(size).ptr) }));
+    this.#s = { lib, ctx, buffers: new Set(), programs: [], copies: new Set() };
+    this.#repack = options.repack === false ? null : new WeightRepacker(lib, this.#s.copies);
     forgotten.register(this, this.#s, this);
   }
 

@@ -3,14 +3,15 @@
  * llama.cpp's matching CPU variant repacks a weight at load (Q4_0 into
  * q4_0_8x8 and Q4_K into q4_K_8x8 on AVX2 when ne1 % 8 == 0,
  * `ggml_repack_get_optimal_repack_type`),
- * the backend keeps a repacked copy of the weight, made natively on the
- * first compute that reads it, and encodes MUL_MAT nodes against the copy
- * (with the layout in the `le_tensor` flags). Results are bit-identical to
- * the plain rows' (kernels/src/repack.c): only the memory layout changes.
+ * a repacked copy of the weight is made natively on the first compute that
+ * reads it, shared by every CPU backend that reads the same weight, and
+ * MUL_MAT nodes are encoded against it (with the layout in the `le_tensor`
+ * flags). Results are bit-identical to the plain rows' (kernels/src/repack.c):
+ * only the memory layout changes.
  *
  * Only read-only host memory is repacked (weights mapped from a file): a
- * writable buffer could change under a copy made earlier. Copies live in
- * backend-owned buffers, freed with the backend (never under a compute);
+ * writable buffer could change under a copy made earlier. A copy is freed
+ * when the last backend holding it is freed (never under a compute);
  * the source's pages are handed back to the OS (`le_mmap_drop`), so the
  * weight is resident once, as in llama.cpp's CPU_REPACK buffer.
  *
@@ -19,13 +20,7 @@
 import type { BackendBuffer, ExecNode, ResolvedTensor } from "./types.ts";
 import type { NativeLibrary } from "../../ffi/library.ts";
 import { GGMLType } from "../ggml/types.ts";
-import { pointerAt } from "../../ffi/pointers.ts";
-
-/** A backend-owned native buffer, as the repacker needs it. */
-export interface RepackBuffer {
-  /** Native address. */
-  readonly address: number;
-}
+import { address, pointerAt } from "../../ffi/pointers.ts";
 
 /** Where a MUL_MAT's src0 is read from, when it is a repacked copy. */
 export interface Repacked {
@@ -35,38 +30,77 @@ export interface Repacked {
   readonly flags: number;
 }
 
+/**
+ * A repacked copy, shared by every CPU backend (of one library) that reads
+ * the same weight: a model's contexts hold its repacked weights once, as
+ * llama.cpp's model holds its CPU_REPACK buffer (each context had made its
+ * own: a second context on a 1.1B Q4_0 model added 530 MiB).
+ */
+export interface SharedCopy extends Repacked {
+  readonly ptr: Deno.PointerObject;
+  readonly size: number;
+  /** Backends holding it; freed when the last one releases it. */
+  users: number;
+  readonly table: Map<string, SharedCopy | null>;
+  readonly key: string;
+}
+
 // Elements and bytes per block of the types a layout exists for.
 const BLOCKS = new Map<number, readonly [number, number]>([
   [GGMLType.Q4_0, [32, 18]],
   [GGMLType.Q4_K, [256, 144]],
 ]);
 
+// Per library, per source buffer: "offset:type:ne0:ne1" → the copy (null:
+// not repackable). Keyed weakly: a model's buffer that is gone takes its
+// entries with it (its copies were freed as their last user released them).
+const TABLES = new WeakMap<NativeLibrary, WeakMap<BackendBuffer, Map<string, SharedCopy | null>>>();
+
 /**
- * The repacked copies of one backend. `alloc` returns a zero-filled
- * backend-owned buffer of at least `size` bytes (64-byte aligned), which the
- * backend frees when it is disposed.
+ * Drops a backend's hold on its copies (`held`, as given to its
+ * {@link WeightRepacker}), freeing each one no other backend holds. Only
+ * once none of the backend's computes runs: a copy another backend holds
+ * stays, so no kernel ever reads freed memory.
  */
+export function releaseCopies(lib: NativeLibrary, held: Set<SharedCopy>): void {
+  for (const c of held) {
+    if (--c.users > 0) continue;
+    c.table.delete(c.key);
+    lib.symbols.le_free(c.ptr);
+    LIVE.set(lib, (LIVE.get(lib) ?? 1) - 1);
+  }
+  held.clear();
+}
+
+// Copies alive per library (for liveCopies).
+const LIVE = new WeakMap<NativeLibrary, number>();
+
+/** How many repacked copies made with `lib` are alive (held by some backend). */
+export function liveCopies(lib: NativeLibrary): number {
+  return LIVE.get(lib) ?? 0;
+}
+
+/** One backend's use of the shared repacked copies. */
 export class WeightRepacker {
   readonly #lib: NativeLibrary;
-  readonly #alloc: (size: number) => RepackBuffer;
-  // Per source buffer: "offset:type:ne0:ne1" → the copy (null: not repackable).
-  readonly #copies = new WeakMap<BackendBuffer, Map<string, Repacked | null>>();
-  #bytes = 0;
+  readonly #held: Set<SharedCopy>;
 
-  /** Copies are made with `lib` into buffers from `alloc`. */
-  constructor(lib: NativeLibrary, alloc: (size: number) => RepackBuffer) {
+  /** Copies are made with `lib`; the ones this backend reads go into `held`. */
+  constructor(lib: NativeLibrary, held: Set<SharedCopy>) {
     this.#lib = lib;
-    this.#alloc = alloc;
+    this.#held = held;
   }
 
-  /** Bytes of repacked copies made so far. */
+  /** Bytes of the repacked copies this backend reads. */
   get bytes(): number {
-    return this.#bytes;
+    let n = 0;
+    for (const c of this.#held) n += c.size;
+    return n;
   }
 
   /**
-   * The repacked copy node `n`'s src0 should be read from (made now if it
-   * is the first use), or undefined to read the plain rows. `src` is the
+   * The repacked copy node `n`'s src0 should be read from (made now if no
+   * backend made it yet), or undefined to read the plain rows. `src` is the
    * native address of src0's plain rows, already validated by the caller
    * (validateNode: the whole extent lies inside its buffer).
    */
@@ -76,18 +110,30 @@ export class WeightRepacker {
     // The kernel writes 8 contiguous f32 outputs per row group.
     if (d.type !== GGMLType.F32 || d.nb[0] !== 4 || d.nb[1] % 4 !== 0) return undefined;
     const buf = a.data.buffer;
-    let m = this.#copies.get(buf);
-    if (!m) this.#copies.set(buf, m = new Map());
+    let bufs = TABLES.get(this.#lib);
+    if (!bufs) TABLES.set(this.#lib, bufs = new WeakMap());
+    let table = bufs.get(buf);
+    if (!table) bufs.set(buf, table = new Map());
     const key = `${a.data.offset}:${a.type}:${a.ne[0]}:${a.ne[1]}`;
-    let r = m.get(key);
+    let r = table.get(key);
     if (r === undefined) {
-      r = this.#make(a, src);
-      m.set(key, r);
+      r = this.#make(a, src, table, key);
+      table.set(key, r);
     }
-    return r ?? undefined;
+    if (r === null) return undefined;
+    if (!this.#held.has(r)) {
+      this.#held.add(r);
+      r.users++;
+    }
+    return r;
   }
 
-  #make(a: ResolvedTensor, src: number): Repacked | null {
+  #make(
+    a: ResolvedTensor,
+    src: number,
+    table: Map<string, SharedCopy | null>,
+    key: string,
+  ): SharedCopy | null {
     const sym = this.#lib.symbols;
     const [ne0, ne1] = a.ne;
     const flags = sym.le_repack_flag(a.type, BigInt(ne0), BigInt(ne1));
@@ -103,23 +149,28 @@ export class WeightRepacker {
         `repack: ${ne0}x${ne1} weight at offset ${a.data.offset} outside its buffer`,
       );
     }
-    const dst = this.#alloc(size);
+    const ptr = sym.le_alloc(BigInt(size), 64n);
+    if (ptr === null) throw new RangeError(`repack: ${size} bytes: ${this.#lib.lastError()}`);
     const rc = sym.le_repack(
       flags,
       a.type,
       pointerAt(src),
-      pointerAt(dst.address),
+      ptr,
       BigInt(size),
       BigInt(ne0),
       BigInt(ne1),
     );
-    if (rc !== 0) throw new Error(`repack: ${this.#lib.lastError()}`);
-    this.#bytes += size;
+    if (rc !== 0) {
+      const why = this.#lib.lastError();
+      sym.le_free(ptr);
+      throw new Error(`repack: ${why}`);
+    }
     // The plain rows' pages go back to the page cache (a mapped file: they
     // read back from it if another op touches them), so resident memory
     // holds the copy, not both. Native code refuses other memory.
     sym.le_mmap_drop(pointerAt(src), BigInt(bytes));
-    return { address: dst.address, flags };
+    LIVE.set(this.#lib, liveCopies(this.#lib) + 1);
+    return { address: address(ptr), flags, ptr, size, users: 0, table, key };
   }
 }
 
