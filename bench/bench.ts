@@ -64,7 +64,7 @@ interface ChildResult {
 }
 
 /** What the timing loop needs of an engine. */
-export interface Driver {
+interface Driver {
   readonly nVocab: number;
   clear(): void;
   /** Evaluates tokens after what the context holds (at most nBatch). */
@@ -96,7 +96,7 @@ export function spread(xs: number[]): number {
 const SPREAD_MAX = 0.25;
 
 /** The 1-minute load average (NaN where /proc is not readable). */
-export function loadAvg(): number {
+function loadAvg(): number {
   try {
     return Number(Deno.readTextFileSync("/proc/loadavg").split(" ")[0]);
   } catch {
@@ -113,12 +113,12 @@ function randomTokens(n: number, nVocab: number, seed: number): number[] {
 }
 
 // Context size and batch of both engines: the depth, then the timed tokens.
-export function contextSize(s: Spec): number {
+function contextSize(s: Spec): number {
   return s.depth + s.pp + s.tg + 16;
 }
 
 /** Times pp and tg `reps` times, each after filling the context with `depth` tokens. */
-export async function timeRuns(
+async function timeRuns(
   e: Driver,
   s: Spec,
   reps: number,
@@ -154,7 +154,8 @@ export async function timeRuns(
   return { pp, tg };
 }
 
-async function childOurs(s: Spec, reps: number): Promise<ChildResult> {
+/** Our engine's runs in this process; `nGpuLayers` for bench:gpu. */
+export async function childOurs(s: Spec, reps: number, nGpuLayers = 0): Promise<ChildResult> {
   const { Model } = await import("../lib/model/model.ts");
   const { Context } = await import("../lib/runtime/context.ts");
   const t0 = performance.now();
@@ -164,6 +165,7 @@ async function childOurs(s: Spec, reps: number): Promise<ChildResult> {
     nBatch: s.pp,
     threads: s.threads,
     flashAttn: s.flashAttn,
+    ...(nGpuLayers ? { nGpuLayers } : {}),
   });
   const loadMs = performance.now() - t0;
   const r = await timeRuns(

@@ -11,7 +11,7 @@
  * @module
  */
 import { flag, runCommand, UsageError } from "../lib/cli/args.ts";
-import { contextSize, median, type Spec, spread, timeRuns } from "./bench.ts";
+import { childOurs, median, type Spec, spread } from "./bench.ts";
 
 const SPEC = {
   name: "bench:gpu",
@@ -47,8 +47,6 @@ export function main(args: string[]): Promise<number> {
     }
     const { physicalCores } = await import("../lib/backend/cpu.ts");
     const { probeCuda } = await import("../lib/backend/cuda.ts");
-    const { Model } = await import("../lib/model/model.ts");
-    const { Context } = await import("../lib/runtime/context.ts");
     const probe = await probeCuda();
     if (!probe.ok) throw new Error(probe.reason);
     const dev = probe.devices[0];
@@ -60,21 +58,7 @@ export function main(args: string[]): Promise<number> {
       depth: a.depth,
       flashAttn: a["flash-attn"],
     };
-    const t0 = performance.now();
-    using m = await Model.load(s.model);
-    using ctx = await Context.create(m, {
-      nCtx: contextSize(s),
-      nBatch: s.pp,
-      threads: s.threads,
-      flashAttn: s.flashAttn,
-      nGpuLayers: a["gpu-layers"],
-    });
-    const loadMs = performance.now() - t0;
-    const r = await timeRuns(
-      { nVocab: m.hparams.nVocab, clear: () => ctx.clear(), decode: (t) => ctx.decode(t) },
-      s,
-      a.reps,
-    );
+    const r = await childOurs(s, a.reps, a["gpu-layers"]);
     const cell = (xs: number[]) =>
       `${median(xs).toFixed(1)} tok/s ±${(100 * spread(xs)).toFixed(0)}% (${
         xs.map((x) => x.toFixed(1)).join(", ")
@@ -85,7 +69,7 @@ export function main(args: string[]): Promise<number> {
         a["gpu-layers"]
       }, threads ${s.threads}${s.depth ? `, depth ${s.depth}` : ""}${
         s.flashAttn ? ", flash-attn" : ""
-      }, load+upload ${loadMs.toFixed(0)} ms`,
+      }, load+upload ${r.loadMs.toFixed(0)} ms`,
     );
     console.log(`  pp${s.pp}: ${cell(r.pp)}`);
     console.log(`  tg${s.tg}: ${cell(r.tg)}`);
