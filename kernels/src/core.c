@@ -143,7 +143,7 @@ void *le_alloc(uint64_t size, uint64_t align) {
     return NULL;
   }
   if (size == 0) size = 1;
-  if (size > (uint64_t)SIZE_MAX / 2 || align > LE_HUGE_PAGE) {
+  if (size > (uint64_t)SIZE_MAX - 2 * LE_HUGE_PAGE || align > LE_HUGE_PAGE) { /* no overflow below */
     le_set_error("le_alloc: %llu bytes at alignment %llu is more than this build can map",
                  (unsigned long long)size, (unsigned long long)align);
     return NULL;
