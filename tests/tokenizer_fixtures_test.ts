@@ -2,6 +2,7 @@
  * llama.cpp's own tokenizer fixtures (tests/test-tokenizer-0: add_special=false,
  * parse_special=false): every .inp string must give the .out ids exactly.
  */
+import { utf8Length } from "../lib/tokenizer/vocab.ts";
 import assert from "node:assert/strict";
 import { loadTokenizer, VOCAB_DIR } from "./tokenizer_util.ts";
 
@@ -28,3 +29,15 @@ for (const inp of cases) {
     });
   });
 }
+
+Deno.test("utf8Length counts TextEncoder's bytes, lone surrogates as U+FFFD", () => {
+  const enc = new TextEncoder();
+  const cases = ["", "a", "é", "€", "😀", "\ud800", "\udc00", "a\ud800b", "\ud800\ud800\udc00"];
+  cases.push("\udc00\ud800", "\u{10ffff}", "x\ud83d");
+  let a = 7;
+  const r = () => (a = (Math.imul(a, 1664525) + 1013904223) >>> 0);
+  for (let k = 0; k < 5000; k++) {
+    cases.push(String.fromCharCode(...Array.from({ length: r() % 8 }, () => r() % 0x10000)));
+  }
+  for (const c of cases) assert.equal(utf8Length(c), enc.encode(c).length, JSON.stringify(c));
+});

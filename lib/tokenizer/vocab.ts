@@ -214,7 +214,27 @@ const EOG_TEXTS = new Set([
   "[e~[",
 ]);
 
-const enc = new TextEncoder();
+/**
+ * The UTF-8 length of `s`, as `new TextEncoder().encode(s).length` (a lone
+ * surrogate counts as U+FFFD's 3 bytes) without the array: a vocabulary of
+ * 32,000 tokens made that many arrays of garbage at every load.
+ */
+export function utf8Length(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c < 0xdc00 && i + 1 < s.length) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d < 0xe000) {
+        n += 4;
+        i++;
+      } else n += 3;
+    } else n += 3;
+  }
+  return n;
+}
 
 /** A loaded vocabulary with llama.cpp's derived state. */
 export class Vocab {
@@ -316,12 +336,12 @@ export class Vocab {
     const texts = d.tokens.map((t, i) => (t === "" ? `[EMPTY_${i}]` : t));
     this.texts = texts;
     this.scores = new Float32Array(n);
-    if (d.scores) this.scores.set(Array.from({ length: n }, (_, i) => d.scores![i]));
+    if (d.scores) { for (let i = 0; i < n; i++) this.scores[i] = d.scores[i]; }
     this.attrs = new Uint16Array(n).fill(TokenAttr.NORMAL);
     let maxLen = 0;
     for (let i = 0; i < n; i++) {
       this.byText.set(texts[i], i);
-      maxLen = Math.max(maxLen, enc.encode(texts[i]).length);
+      maxLen = Math.max(maxLen, utf8Length(texts[i]));
       if (d.tokenTypes) this.attrs[i] = attrOfType(d.tokenTypes[i]);
     }
     this.maxTokenLen = maxLen;
@@ -345,7 +365,7 @@ export class Vocab {
       const a = this.attrs[i];
       if (a & (TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN)) {
         specials.push(i);
-        sizes[i] = enc.encode(texts[i]).length;
+        sizes[i] = utf8Length(texts[i]);
       }
     }
     // llama.cpp uses an unstable std::sort by byte length; ties keep id order here.
