@@ -31,51 +31,13 @@
 import { flag, runCommand, UsageError } from "../lib/cli/args.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import { Ftype } from "../lib/quant/rules.ts";
 import { type Bandwidth, measureBandwidth, type TgBound, tgBound } from "./bandwidth.ts";
 import { type Contention, contention, cpuSnapshot } from "./contention.ts";
+import { childLlama, childOurs, type ChildResult, type Spec } from "./engines.ts";
+import { BENCH_TYPES, benchModel, quantizedModel } from "./models.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
-
-/** One benchmark configuration: the same for both engines. */
-export interface Spec {
-  model: string;
-  threads: number;
-  /** Prompt tokens timed in one batch. */
-  pp: number;
-  /** Tokens generated one at a time. */
-  tg: number;
-  /** Tokens in the context before each timed run (llama-bench's -d). */
-  depth: number;
-  /** Flash attention in both engines (llama.cpp's CPU default); off: both unfused. */
-  flashAttn: boolean;
-}
-
-/** Result of one engine's child run. */
-interface ChildResult {
-  engine: "llm-edge" | "llama.cpp";
-  pp: number[];
-  tg: number[];
-  loadMs: number;
-  peakRssMiB: number;
-  /** llama.cpp's CPU variant (libggml-cpu-<variant>.so). */
-  variant?: string;
-}
-
-/** What the timing loop needs of an engine. */
-interface Driver {
-  readonly nVocab: number;
-  clear(): void;
-  /** Evaluates tokens after what the context holds (at most nBatch). */
-  decode(tokens: number[]): Promise<unknown> | unknown;
-}
-
-function peakRssMiB(): number {
-  const status = Deno.readTextFileSync("/proc/self/status");
-  const m = /VmHWM:\s+(\d+) kB/.exec(status);
-  return m ? Number(m[1]) / 1024 : NaN;
-}
 
 /** The middle value (mean of the two middle ones for an even count). */
 export function median(xs: number[]): number {
@@ -102,112 +64,6 @@ function loadAvg(): number {
   } catch {
     return NaN;
   }
-}
-
-function randomTokens(n: number, nVocab: number, seed: number): number[] {
-  let a = seed >>> 0;
-  return Array.from({ length: n }, () => {
-    a = (Math.imul(a, 1664525) + 1013904223) >>> 0;
-    return 3 + (a % (nVocab - 3));
-  });
-}
-
-// Context size and batch of both engines: the depth, then the timed tokens.
-function contextSize(s: Spec): number {
-  return s.depth + s.pp + s.tg + 16;
-}
-
-/** Times pp and tg `reps` times, each after filling the context with `depth` tokens. */
-async function timeRuns(
-  e: Driver,
-  s: Spec,
-  reps: number,
-): Promise<{ pp: number[]; tg: number[] }> {
-  const fill = randomTokens(s.depth, e.nVocab, 3);
-  const prompt = randomTokens(s.pp, e.nVocab, 1);
-  const gen = randomTokens(s.tg, e.nVocab, 2);
-  const refill = async () => {
-    e.clear();
-    for (let i = 0; i < fill.length; i += s.pp) await e.decode(fill.slice(i, i + s.pp));
-  };
-  // Warm-up, untimed, the same for both engines: one prompt batch and one
-  // whole generation run, so neither engine's timed runs pay for first-use
-  // work (graph shapes, repacking, and for ours the JIT: a fresh process's
-  // first tolstoy-6m tg128 took ~100 ms against ~55 warm, at 2 threads on
-  // Zen 4). llama-bench warms with one generation step but then times its
-  // repetitions in the same process; here each repetition is a fresh child,
-  // so a cold first generation is not in these figures.
-  await refill();
-  await e.decode(prompt);
-  for (const id of gen) await e.decode([id]);
-  const pp: number[] = [], tg: number[] = [];
-  for (let r = 0; r < reps; r++) {
-    await refill();
-    let t = performance.now();
-    await e.decode(prompt);
-    pp.push(s.pp / ((performance.now() - t) / 1000));
-    await refill();
-    t = performance.now();
-    for (const id of gen) await e.decode([id]);
-    tg.push(s.tg / ((performance.now() - t) / 1000));
-  }
-  return { pp, tg };
-}
-
-/** Our engine's runs in this process; `nGpuLayers` for bench:gpu. */
-export async function childOurs(s: Spec, reps: number, nGpuLayers = 0): Promise<ChildResult> {
-  const { Model } = await import("../lib/model/model.ts");
-  const { Context } = await import("../lib/runtime/context.ts");
-  const t0 = performance.now();
-  using m = await Model.load(s.model);
-  using ctx = await Context.create(m, {
-    nCtx: contextSize(s),
-    nBatch: s.pp,
-    threads: s.threads,
-    flashAttn: s.flashAttn,
-    ...(nGpuLayers ? { nGpuLayers } : {}),
-  });
-  const loadMs = performance.now() - t0;
-  const r = await timeRuns(
-    {
-      nVocab: m.hparams.nVocab,
-      clear: () => ctx.clear(),
-      decode: (t) => ctx.decode(t),
-    },
-    s,
-    reps,
-  );
-  return { engine: "llm-edge", ...r, loadMs, peakRssMiB: peakRssMiB() };
-}
-
-async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
-  const { loadOracle, ORACLE_CPU_ENV } = await import("../tests/oracle/oracle.ts");
-  // The variant llama.cpp itself would load (the tests may pick another whose
-  // bits our kernels follow), unless the caller named one.
-  if (!Deno.env.get(ORACLE_CPU_ENV)) Deno.env.set(ORACLE_CPU_ENV, "best");
-  const oracle = await loadOracle();
-  const t0 = performance.now();
-  using m = oracle.load(s.model);
-  const opts = { nCtx: contextSize(s), nBatch: s.pp, threads: s.threads };
-  // The one-sequence context is llama.cpp's unfused path; flash attention
-  // needs the batch oracle's (one sequence there too).
-  using ctx = s.flashAttn
-    ? await (await import("../tests/oracle/oracle_batch.ts")).OracleBatchContext.create(m, {
-      ...opts,
-      flashAttn: true,
-    })
-    : m.context(opts);
-  const loadMs = performance.now() - t0;
-  const r = await timeRuns(
-    {
-      nVocab: m.nVocab,
-      clear: () => ctx.clear(),
-      decode: (t) => "seqRm" in ctx ? ctx.decode({ tokens: t }) : ctx.decode(t),
-    },
-    s,
-    reps,
-  );
-  return { engine: "llama.cpp", ...r, loadMs, peakRssMiB: peakRssMiB(), variant: oracle.cpu.name };
 }
 
 async function runChild(engine: string, s: Spec): Promise<ChildResult> {
@@ -363,27 +219,6 @@ function printFile(f: FileResult): void {
 // busy machine's (ggml's busy-waiting threads lose most when anything runs).
 const OTHER_MAX = 0.25;
 
-const FTYPES: Record<string, keyof typeof Ftype> = {
-  q8_0: "Q8_0",
-  q4_0: "Q4_0",
-  q4_1: "Q4_1",
-  q5_0: "Q5_0",
-  q5_1: "Q5_1",
-  q4_k_m: "Q4_K_M",
-  q5_k_m: "Q5_K_M",
-  q6_k: "Q6_K",
-};
-
-// The random models' shapes: 125m is writeRandomLlama's default; 1.1b is
-// TinyLlama-1.1B's (the issue's "1.1B-shape random llama").
-export const BENCH_SHAPES: Record<
-  string,
-  { nEmbd?: number; nLayer?: number; nHead?: number; nHeadKv?: number; nFF?: number }
-> = {
-  "125m": {},
-  "1.1b": { nEmbd: 2048, nLayer: 22, nHead: 32, nHeadKv: 4, nFF: 5632 },
-};
-
 const SPEC = {
   name: "bench",
   summary: "Benchmarks llm-edge next to llama.cpp (pp/tg tokens/s, peak RSS, load time), " +
@@ -428,7 +263,7 @@ const SPEC = {
     types: flag.string({
       value: "LIST",
       description: `also quantize the model to these types and bench each (${
-        Object.keys(FTYPES).join(",")
+        Object.keys(BENCH_TYPES).join(",")
       })`,
     }),
     child: flag.choice(["llm-edge", "llama.cpp"], {
@@ -444,8 +279,8 @@ export function main(args: string[]): Promise<number> {
   return runCommand(SPEC, args, async ({ values: a }) => {
     const types = a.types?.split(",") ?? [];
     for (const t of types) {
-      if (!(t in FTYPES)) {
-        throw new UsageError(`--types: unknown type '${t}' (known: ${Object.keys(FTYPES)})`);
+      if (!(t in BENCH_TYPES)) {
+        throw new UsageError(`--types: unknown type '${t}' (known: ${Object.keys(BENCH_TYPES)})`);
       }
     }
     if (a.child && !a.model) throw new UsageError("--child needs --model");
@@ -482,23 +317,7 @@ async function run(
     console.log(JSON.stringify(r));
     return 0;
   }
-  let model = a.model;
-  if (!model) {
-    const { writeRandomLlama } = await import("../lib/model/random.ts");
-    const dir = join(ROOT, ".cache", "bench");
-    Deno.mkdirSync(dir, { recursive: true });
-    model = join(dir, `random-${a.shape}-f16.gguf`);
-    try {
-      Deno.statSync(model);
-    } catch {
-      console.error(`bench: writing a random ${a.shape} llama to ${model} ...`);
-      await writeRandomLlama(model, {
-        type: "f16",
-        ...BENCH_SHAPES[a.shape],
-        tokenizerFrom: join(ROOT, "..", "shared", "fixtures", "models", "llama-2-tiny-random.gguf"),
-      });
-    }
-  }
+  const model = a.model ?? await benchModel(a.shape);
   // The machine's read bandwidth, measured first (while nothing of ours
   // runs), sets each file's tg bound.
   let bw: Bandwidth | undefined;
@@ -528,20 +347,7 @@ async function run(
     if (!json) printFile(f);
   };
   await bench(model);
-  if (types.length) {
-    const { loadOracle } = await import("../tests/oracle/oracle.ts");
-    const oracle = await loadOracle();
-    for (const t of types) {
-      const out = model.replace(/\.gguf$/, `-${t}.gguf`);
-      try {
-        Deno.statSync(out);
-      } catch {
-        console.error(`bench: llama.cpp quantizes ${model} to ${t} ...`);
-        oracle.quantize(model, out, Ftype[FTYPES[t]], threads);
-      }
-      await bench(out);
-    }
-  }
+  for (const t of types) await bench(await quantizedModel(model, t, threads));
   const doc: Record<string, unknown> = { files };
   if (!a["no-tokenizer"]) {
     const { compareEncodeSpeed } = await import("../tests/tokenizer_bench.ts");

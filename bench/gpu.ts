@@ -11,7 +11,8 @@
  * @module
  */
 import { flag, runCommand, UsageError } from "../lib/cli/args.ts";
-import { childOurs, median, type Spec, spread } from "./bench.ts";
+import { median, spread } from "./bench.ts";
+import { childOurs, type Spec } from "./engines.ts";
 
 const SPEC = {
   name: "bench:gpu",

@@ -72,6 +72,15 @@ LE_TARGET_AVX2 static inline float le_hsum_ps256(__m256 v) {
   return _mm_cvtss_f32(r);
 }
 
+/* The largest lane, in ggml's quantize_row_q8_0 order (the same value in any
+ * order for non-NaN lanes). */
+LE_TARGET_AVX2 static inline float le_hmax_ps256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
 /* AVX-512F-only (no DQ): two float halves joined */
 LE_TARGET_AVX512 static inline __m512 le_join_ps256(__m256 lo, __m256 hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)),

@@ -208,10 +208,7 @@ LE_TARGET_AVX2 static int q8_k_block_avx2(const float *x, le_block_q8_k *y) {
   __m256 m = _mm256_setzero_ps();
   for (int j = 0; j < LE_QK_K; j += 8) /* max(|x|, m): m where x is NaN, as ax > amax */
     m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
-  __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float amax = _mm_cvtss_f32(m4);
+  const float amax = le_hmax_ps256(m);
   if (!amax) return 0;
   const __m256 va = _mm256_set1_ps(amax);
   float max = amax;

@@ -43,10 +43,7 @@ LE_TARGET_AVX2 static void q8_0_act_avx2(const float *x, void *vy, int64_t n) {
     amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v1));
     amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v2));
     amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v3));
-    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float m = _mm_cvtss_f32(m4);
+    const float m = le_hmax_ps256(amax);
     y[i].d = le_fp32_to_fp16(m / 127.0f);
     const __m256 id = _mm256_set1_ps(m != 0.0f ? 127.0f / m : 0.0f);
     v0 = _mm256_round_ps(_mm256_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

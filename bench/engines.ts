@@ -1,0 +1,152 @@
+/**
+ * The two engines' sides of `deno task bench`: one engine's runs in one
+ * process (each child of the bench is one of these), timed by the same
+ * loop for both, with the process's peak RSS.
+ *
+ * @module
+ */
+
+/** One benchmark configuration: the same for both engines. */
+export interface Spec {
+  model: string;
+  threads: number;
+  /** Prompt tokens timed in one batch. */
+  pp: number;
+  /** Tokens generated one at a time. */
+  tg: number;
+  /** Tokens in the context before each timed run (llama-bench's -d). */
+  depth: number;
+  /** Flash attention in both engines (llama.cpp's CPU default); off: both unfused. */
+  flashAttn: boolean;
+}
+
+/** Result of one engine's child run. */
+export interface ChildResult {
+  engine: "llm-edge" | "llama.cpp";
+  pp: number[];
+  tg: number[];
+  loadMs: number;
+  peakRssMiB: number;
+  /** llama.cpp's CPU variant (libggml-cpu-<variant>.so). */
+  variant?: string;
+}
+
+/** What the timing loop needs of an engine. */
+interface Driver {
+  readonly nVocab: number;
+  clear(): void;
+  /** Evaluates tokens after what the context holds (at most nBatch). */
+  decode(tokens: number[]): Promise<unknown> | unknown;
+}
+
+function peakRssMiB(): number {
+  const status = Deno.readTextFileSync("/proc/self/status");
+  const m = /VmHWM:\s+(\d+) kB/.exec(status);
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+function randomTokens(n: number, nVocab: number, seed: number): number[] {
+  let a = seed >>> 0;
+  return Array.from({ length: n }, () => {
+    a = (Math.imul(a, 1664525) + 1013904223) >>> 0;
+    return 3 + (a % (nVocab - 3));
+  });
+}
+
+// Context size and batch of both engines: the depth, then the timed tokens.
+export function contextSize(s: Spec): number {
+  return s.depth + s.pp + s.tg + 16;
+}
+
+/** Times pp and tg `reps` times, each after filling the context with `depth` tokens. */
+async function timeRuns(
+  e: Driver,
+  s: Spec,
+  reps: number,
+): Promise<{ pp: number[]; tg: number[] }> {
+  const fill = randomTokens(s.depth, e.nVocab, 3);
+  const prompt = randomTokens(s.pp, e.nVocab, 1);
+  const gen = randomTokens(s.tg, e.nVocab, 2);
+  const refill = async () => {
+    e.clear();
+    for (let i = 0; i < fill.length; i += s.pp) await e.decode(fill.slice(i, i + s.pp));
+  };
+  // Warm-up, untimed, the same for both engines: one prompt batch and one
+  // whole generation run, so neither engine's timed runs pay for first-use
+  // work (graph shapes, repacking, and for ours the JIT: a fresh process's
+  // first tolstoy-6m tg128 took ~100 ms against ~55 warm, at 2 threads on
+  // Zen 4). llama-bench warms with one generation step but then times its
+  // repetitions in the same process; here each repetition is a fresh child,
+  // so a cold first generation is not in these figures.
+  await refill();
+  await e.decode(prompt);
+  for (const id of gen) await e.decode([id]);
+  const pp: number[] = [], tg: number[] = [];
+  for (let r = 0; r < reps; r++) {
+    await refill();
+    let t = performance.now();
+    await e.decode(prompt);
+    pp.push(s.pp / ((performance.now() - t) / 1000));
+    await refill();
+    t = performance.now();
+    for (const id of gen) await e.decode([id]);
+    tg.push(s.tg / ((performance.now() - t) / 1000));
+  }
+  return { pp, tg };
+}
+
+/** Our engine's runs in this process; `nGpuLayers` for bench:gpu. */
+export async function childOurs(s: Spec, reps: number, nGpuLayers = 0): Promise<ChildResult> {
+  const { Model } = await import("../lib/model/model.ts");
+  const { Context } = await import("../lib/runtime/context.ts");
+  const t0 = performance.now();
+  using m = await Model.load(s.model);
+  using ctx = await Context.create(m, {
+    nCtx: contextSize(s),
+    nBatch: s.pp,
+    threads: s.threads,
+    flashAttn: s.flashAttn,
+    ...(nGpuLayers ? { nGpuLayers } : {}),
+  });
+  const loadMs = performance.now() - t0;
+  const r = await timeRuns(
+    {
+      nVocab: m.hparams.nVocab,
+      clear: () => ctx.clear(),
+      decode: (t) => ctx.decode(t),
+    },
+    s,
+    reps,
+  );
+  return { engine: "llm-edge", ...r, loadMs, peakRssMiB: peakRssMiB() };
+}
+
+export async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
+  const { loadOracle, ORACLE_CPU_ENV } = await import("../tests/oracle/oracle.ts");
+  // The variant llama.cpp itself would load (the tests may pick another whose
+  // bits our kernels follow), unless the caller named one.
+  if (!Deno.env.get(ORACLE_CPU_ENV)) Deno.env.set(ORACLE_CPU_ENV, "best");
+  const oracle = await loadOracle();
+  const t0 = performance.now();
+  using m = oracle.load(s.model);
+  const opts = { nCtx: contextSize(s), nBatch: s.pp, threads: s.threads };
+  // The one-sequence context is llama.cpp's unfused path; flash attention
+  // needs the batch oracle's (one sequence there too).
+  using ctx = s.flashAttn
+    ? await (await import("../tests/oracle/oracle_batch.ts")).OracleBatchContext.create(m, {
+      ...opts,
+      flashAttn: true,
+    })
+    : m.context(opts);
+  const loadMs = performance.now() - t0;
+  const r = await timeRuns(
+    {
+      nVocab: m.nVocab,
+      clear: () => ctx.clear(),
+      decode: (t) => "seqRm" in ctx ? ctx.decode({ tokens: t }) : ctx.decode(t),
+    },
+    s,
+    reps,
+  );
+  return { engine: "llama.cpp", ...r, loadMs, peakRssMiB: peakRssMiB(), variant: oracle.cpu.name };
+}
