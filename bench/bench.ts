@@ -104,13 +104,7 @@ interface Metric {
 }
 
 /** The comparison of both engines on one file (what --json prints per file). */
-interface FileResult {
-  model: string;
-  threads: number;
-  pp: number;
-  tg: number;
-  depth: number;
-  flashAttn: boolean;
+interface FileResult extends Spec {
   reps: number;
   /** 1-minute load average before the first and after the last run. */
   loadAvg: { before: number; after: number };
@@ -152,12 +146,7 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
   const ratio = (k: "pp" | "tg") =>
     a[k].spread > SPREAD_MAX || b[k].spread > SPREAD_MAX ? null : a[k].median / b[k].median;
   return {
-    model: s.model,
-    threads: s.threads,
-    pp: s.pp,
-    tg: s.tg,
-    depth: s.depth,
-    flashAttn: s.flashAttn,
+    ...s,
     reps,
     loadAvg: { before, after },
     contention: cpu0 && cpu1 ? contention(cpu0, cpu1) : undefined,
