@@ -6,8 +6,9 @@
  *
  *   make -C kernels cpu && cc -O2 -Ikernels/include bench/attn.c \
  *     -Lbuild -lllm_edge -Wl,-rpath,$PWD/build -o /tmp/attn
- *   /tmp/attn [depth=2048] [threads=2] [reps=50] [layers=22] [fa|unfused] [avx2]
+ *   /tmp/attn [depth=2048] [threads=2] [reps=50] [layers=22] [fa|fa32|unfused] [avx2]
  *
+ * `fa32` is `fa` with the node's precision GGML_PREC_F32 (flash_attn_f32.c).
  * `avx2` runs the AVX2 kernels (le_set_simd_level) on an AVX-512 CPU.
  * For an A/B, run the binary with LD_LIBRARY_PATH (or LD_PRELOAD) pointing
  * at another build, alternately. Prints the median ms per token of all
@@ -56,7 +57,8 @@ int main(int argc, char **argv) {
   const int threads = argc > 2 ? atoi(argv[2]) : 2;
   const int reps = argc > 3 ? atoi(argv[3]) : 50;
   if (argc > 4) LAYERS = atoi(argv[4]);
-  const int fa = argc > 5 && !strcmp(argv[5], "fa");
+  const int fa32 = argc > 5 && !strcmp(argv[5], "fa32");
+  const int fa = fa32 || (argc > 5 && !strcmp(argv[5], "fa"));
   if (argc > 6 && !strcmp(argv[6], "avx2")) le_set_simd_level(1);
   const int64_t cells = (D + 255) / 256 * 256; /* the cache's size, padded */
   const size_t kbytes = (size_t)cells * NKV * HD * 2;
@@ -85,6 +87,7 @@ int main(int argc, char **argv) {
       n[0].dst = tensor(0, HD, NH, 1, HD * 4, HD * NH * 4, kqvl);
       const float scale = 0.125f;
       memcpy(&n[0].params[0], &scale, 4);
+      n[0].params[3] = fa32 ? 10 : 0; /* GGML_PREC_F32 */
       continue;
     }
     /* kq = k [HD, D, NKV] (cells of NKV*HD halves) x q [HD, 1, NH] */
@@ -117,7 +120,7 @@ int main(int argc, char **argv) {
   }
   qsort(t, (size_t)reps, sizeof(double), cmp);
   const double bytes = (double)LAYERS * 2 * D * NKV * HD * 2;
-  printf("%sdepth %lld threads %d: %.3f ms/token (min %.3f), %.1f GB/s of K and V\n", fa ? "fa " : "", (long long)D,
+  printf("%sdepth %lld threads %d: %.3f ms/token (min %.3f), %.1f GB/s of K and V\n", fa32 ? "fa32 " : fa ? "fa " : "", (long long)D,
          threads, t[reps / 2] * 1e3, t[0] * 1e3, bytes / t[reps / 2] / 1e9);
   le_ctx_free(ctx);
   return 0;

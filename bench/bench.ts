@@ -5,7 +5,8 @@
  * medians are compared.
  *
  *   deno task bench [--model FILE | --shape 125m|1.1b] [--threads T] [-p 512] [-n 128]
- *     [--depth 0] [--reps 3] [--types q8_0,q4_0,...] [--flash-attn] [--json] [--no-tokenizer]
+ *     [--depth 0] [--reps 3] [--types q8_0,q4_0,...] [--flash-attn [--fa-f32]] [--json]
+ *     [--no-tokenizer]
  *     [--no-sampling]
  *
  * Without --model a random llama (f16) of the `--shape` (default 125m; 1.1b
@@ -47,7 +48,6 @@ export function median(xs: number[]): number {
 }
 
 /** (max - min) / median: how far apart the repetitions are. */
-/** (max - min) / median: how far apart the repetitions are. */
 export function spread(xs: number[]): number {
   return xs.length < 2 ? 0 : (Math.max(...xs) - Math.min(...xs)) / median(xs);
 }
@@ -87,6 +87,7 @@ async function runChild(engine: string, s: Spec): Promise<ChildResult> {
       "--reps",
       "1",
       ...(s.flashAttn ? ["--flash-attn"] : []),
+      ...(s.faF32 ? ["--fa-f32"] : []),
     ],
     stdout: "piped",
     stderr: "inherit",
@@ -158,7 +159,8 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
 
 function printFile(f: FileResult): void {
   const name = f.model.split("/").pop()!;
-  const at = (f.depth ? ` depth=${f.depth}` : "") + (f.flashAttn ? " flash-attn" : "");
+  const at = (f.depth ? ` depth=${f.depth}` : "") + (f.flashAttn ? " flash-attn" : "") +
+    (f.faF32 ? " (ours: f32 precision)" : "");
   const variant = f.llamaVariant ? `  llama.cpp cpu variant: ${f.llamaVariant}` : "";
   console.log(`\n${name}  threads=${f.threads}${at}  reps=${f.reps} (medians, ±spread)${variant}`);
   console.log(
@@ -248,6 +250,9 @@ const SPEC = {
       aliases: ["fa"],
       description: "flash attention in both engines (default: both unfused)",
     }),
+    "fa-f32": flag.boolean({
+      description: "ours with flashAttnPrecision f32 (needs --flash-attn; llama.cpp unchanged)",
+    }),
     reps: flag.int({ min: 1, default: 3, description: "repetitions per engine (medians kept)" }),
     types: flag.string({
       value: "LIST",
@@ -294,6 +299,7 @@ async function run(
     "no-tokenizer": boolean;
     "no-sampling": boolean;
     "flash-attn": boolean;
+    "fa-f32": boolean;
   },
   types: string[],
 ): Promise<number> {
@@ -301,7 +307,15 @@ async function run(
   const { physicalCores } = await import("../lib/backend/cpu.ts");
   const threads = a.threads ?? physicalCores();
   if (a.child) {
-    const spec = { model: a.model!, threads, pp, tg, depth, flashAttn: a["flash-attn"] };
+    const spec = {
+      model: a.model!,
+      threads,
+      pp,
+      tg,
+      depth,
+      flashAttn: a["flash-attn"],
+      faF32: a["fa-f32"],
+    };
     const r = a.child === "llm-edge" ? await childOurs(spec, reps) : await childLlama(spec, reps);
     console.log(JSON.stringify(r));
     return 0;
@@ -327,7 +341,7 @@ async function run(
   const files: FileResult[] = [];
   const bench = async (m: string) => {
     const f = await benchFile(
-      { model: m, threads, pp, tg, depth, flashAttn: a["flash-attn"] },
+      { model: m, threads, pp, tg, depth, flashAttn: a["flash-attn"], faF32: a["fa-f32"] },
       reps,
       json,
     );

@@ -18,6 +18,8 @@ export interface Spec {
   depth: number;
   /** Flash attention in both engines (llama.cpp's CPU default); off: both unfused. */
   flashAttn: boolean;
+  /** Ours with flashAttnPrecision "f32" (llama.cpp keeps its arithmetic). */
+  faF32?: boolean;
 }
 
 /** Result of one engine's child run. */
@@ -106,6 +108,7 @@ export async function childOurs(s: Spec, reps: number, nGpuLayers = 0): Promise<
     nBatch: s.pp,
     threads: s.threads,
     flashAttn: s.flashAttn,
+    ...(s.faF32 ? { flashAttnPrecision: "f32" as const } : {}),
     ...(nGpuLayers ? { nGpuLayers } : {}),
   });
   const loadMs = performance.now() - t0;

@@ -10,15 +10,14 @@
 import assert from "node:assert/strict";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
-import { f32ToFp16 } from "../lib/ggml/half.ts";
-import { quantizeQ8_0Act } from "../lib/ggml/ref_quants.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
 import { ReferenceBackend } from "../lib/backend/reference.ts";
-import type { Backend, Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
-import { f32Bits, Op } from "../lib/graph/ops.ts";
-import { GGMLType, ggmlTypeInfo } from "../lib/ggml/types.ts";
+import type { Backend, ExecNode } from "../lib/backend/types.ts";
+import { Op } from "../lib/graph/ops.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
 import { CPU_VARIANTS, loadOracle, variantUnavailable } from "./oracle/oracle.ts";
-import { loadOracleFlashAttn, type OracleFlashAttnArgs } from "./oracle/oracle_fa.ts";
+import { loadOracleFlashAttn } from "./oracle/oracle_fa.ts";
+import { type FaCase, operands, ours, tensor } from "./fa_operands.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
 const { F32, F16, Q8_0 } = GGMLType;
@@ -27,19 +26,6 @@ const oracleLevel = (await loadOracle()).cpu.simdLevel;
 const ofa = await loadOracleFlashAttn();
 
 const VARIANTS = CPU_VARIANTS;
-
-interface FaCase {
-  name: string;
-  d: number;
-  n: number;
-  nHead: number;
-  nHeadKv: number;
-  nKv: number;
-  kvType: number;
-  mask: "none" | "causal" | "sparse";
-  maxBias?: number;
-  threads: number;
-}
 
 const CASES: FaCase[] = [
   // One query row over F16 cells with heads of 64 and 128: the AVX-512
@@ -226,89 +212,6 @@ const CASES: FaCase[] = [
     threads: 3,
   },
 ];
-
-interface Operands {
-  a: OracleFlashAttnArgs;
-  dstNe: Dims;
-}
-
-function typeBytes(type: number, vals: Float32Array): Uint8Array {
-  if (type === F32) return new Uint8Array(vals.slice().buffer);
-  if (type === F16) return new Uint8Array(Uint16Array.from(vals, (x) => f32ToFp16(x)).buffer);
-  const out = new Uint8Array((vals.length / 32) * 34);
-  quantizeQ8_0Act(vals, out); // ggml's quantize_row_q8_0: the cache store's bits
-  return out;
-}
-
-function operands(c: FaCase): Operands {
-  const r = rng(c.d * 1000 + c.n * 7 + c.nKv);
-  const rand = (len: number, s: number) =>
-    Float32Array.from({ length: len }, () => (r() * 2 - 1) * s);
-  const qNe = [c.d, c.n, c.nHead, 1], kNe = [c.d, c.nKv, c.nHeadKv, 1];
-  const q = rand(c.d * c.n * c.nHead, 1.5);
-  const k = typeBytes(c.kvType, rand(c.d * c.nKv * c.nHeadKv, 1.5));
-  const v = typeBytes(c.kvType, rand(c.d * c.nKv * c.nHeadKv, 2));
-  const a: OracleFlashAttnArgs = {
-    q,
-    qNe,
-    k,
-    kType: c.kvType,
-    kNe,
-    v,
-    vType: c.kvType,
-    vNe: kNe,
-    scale: 1 / Math.sqrt(c.d),
-    maxBias: c.maxBias ?? 0,
-    threads: c.threads,
-  };
-  if (c.mask !== "none") {
-    const m = new Uint16Array(c.nKv * c.n);
-    for (let t = 0; t < c.n; t++) {
-      for (let j = 0; j < c.nKv; j++) {
-        // causal: token t sees cells up to nKv - n + t; sparse also drops every third cell
-        const visible = j <= c.nKv - c.n + t && (c.mask === "causal" || j % 3 !== 1);
-        m[t * c.nKv + j] = visible ? (c.maxBias ? f32ToFp16(-Math.abs(j - t)) : 0) : 0xfc00;
-      }
-    }
-    a.mask = m;
-    a.maskNe = [c.nKv, c.n, 1, 1];
-  }
-  return { a, dstNe: [c.d, c.nHead, c.n, 1] };
-}
-
-function tensor(
-  b: Backend,
-  type: number,
-  ne: readonly number[],
-  bytes: Uint8Array,
-): ResolvedTensor {
-  const info = ggmlTypeInfo(type)!;
-  const nb1 = (ne[0] / info.blockSize) * info.typeSize;
-  const nb: Dims = [info.typeSize, nb1, nb1 * ne[1], nb1 * ne[1] * ne[2]];
-  const buf = b.alloc(Math.max(bytes.length, 1));
-  buf.bytes.set(bytes);
-  return { type, ne: [...ne] as Dims, nb, data: { buffer: buf, offset: 0 } };
-}
-
-/** Our FLASH_ATTN_EXT on `b`. */
-async function ours(b: Backend, o: Operands): Promise<Float32Array> {
-  const { a } = o;
-  const src = [
-    tensor(b, F32, a.qNe, new Uint8Array(a.q.slice().buffer)),
-    tensor(b, a.kType, a.kNe, a.k),
-    tensor(b, a.vType, a.vNe, a.v),
-  ];
-  if (a.mask) src.push(tensor(b, F16, a.maskNe!, new Uint8Array(a.mask.slice().buffer)));
-  const n = o.dstNe.reduce((x, y) => x * y);
-  const dst = tensor(b, F32, o.dstNe, new Uint8Array(4 * n));
-  const params = new Int32Array(16);
-  params[0] = f32Bits(a.scale), params[1] = f32Bits(a.maxBias ?? 0);
-  const node: ExecNode = { op: Op.FLASH_ATTN_EXT, dst, src, params, name: "fa" };
-  await b.compute([node]);
-  const out = new Float32Array(dst.data.buffer.bytes.slice(0, 4 * n).buffer);
-  for (const t of [...src, dst]) b.free(t.data.buffer);
-  return out;
-}
 
 function firstDiff(got: Float32Array, want: Float32Array): string {
   const a = new Uint32Array(got.buffer), b = new Uint32Array(want.buffer);

@@ -47,6 +47,9 @@ Deno.test("Context.create: bad options are OptionErrors, kvType q8_0 and backend
     [{ nSeqMax: 0 }, "nSeqMax", "1"],
     [{ nSeqMax: 257 }, "nSeqMax", "256"],
     [{ embeddings: "yes" }, "embeddings", "true or false"],
+    [{ flashAttn: true, flashAttnPrecision: "f64" }, "flashAttnPrecision", `"default", "f32"`],
+    // f32 is a flash-attention arithmetic: without flashAttn it would change nothing
+    [{ flashAttnPrecision: "f32" }, "flashAttnPrecision", "needs flashAttn"],
   ];
   for (const [opts, option, shown] of cases) {
     await rejectsOption(() => Context.create(model, opts), option, shown);

@@ -8,37 +8,6 @@
 #include "reduce512.h"
 
 #if defined(LE_X86)
-/* In place: r[c] lane j = r[j] lane c, for a 16 x 16 block of floats. */
-LE_TARGET_AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
-  __m512 t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 16; i += 2) { /* lane L: pairs of rows at columns 4L, 4L+1 | 4L+2, 4L+3 */
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 16; i += 4) { /* r[i + c] lane L: rows i..i+3 at column 4L + c */
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; c++) { /* 128-bit lanes: columns c and 8+c (or 4+c and 12+c) */
-    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-    t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; c++) {
-    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
-    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
-  }
-}
-
 /* dot_f16_avx512 of 16 rows x (xr[j]) with ny (1 or 4) y each, into
  * s[k][j] for j < nr. Each row's vector part is its own chain (y widened
  * once into yf when given: exact); the 16 rows' final reductions run as
@@ -167,28 +136,6 @@ LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const voi
 
 /* AVX2 (llama.cpp's haswell order, vec_dot_f16 with steps of 32): the same
  * idea 8 rows at a time. */
-
-/* In place: r[c] lane j = r[j] lane c, for an 8 x 8 block of floats. */
-LE_TARGET_AVX2 static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
-  __m256 t[8], u[8];
-#pragma GCC unroll 4
-  for (int i = 0; i < 8; i += 2) { /* 128-bit half L: rows i, i+1 at columns 4L..4L+3 */
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 8; i += 4) { /* u[i + c] half L: rows i..i+3 at column 4L + c */
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; c++) {
-    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
-    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
-  }
-}
 
 /* GGML_F32x8_REDUCE's last steps (low + high half, then two hadds) of 8
  * vectors at once, the same tree per lane. Output lane l is the reduction

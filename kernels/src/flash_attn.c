@@ -191,7 +191,10 @@ static size_t fa_partials_bytes(const le_node *n, int n_threads) {
  * heads over the thread's cells and the group's Q in f16. */
 static size_t fa_dots_floats(const le_node *n, int n_threads) {
   const int64_t DK = n->src[1].ne[0], DV = n->src[2].ne[0], nek1 = n->src[1].ne[1];
-  const int64_t g = n->src[0].ne[2] / n->src[1].ne[2], chunk = (nek1 + n_threads - 1) / n_threads;
+  /* the f32 kernel takes every head's scores at once */
+  const int64_t g = n->params[3] == LE_FA_PREC_F32 ? n->src[0].ne[2]
+                                                   : n->src[0].ne[2] / n->src[1].ne[2];
+  const int64_t chunk = (nek1 + n_threads - 1) / n_threads;
   return (size_t)(2 * DV + g * chunk + (g * DK + 1) / 2 + 16);
 }
 
@@ -495,6 +498,20 @@ static void fa_rows_heads(const le_node *n, const fa_shape *s, le_fa_heads_fn he
   }
 }
 
+/* Every query head's partials by le_fa32_heads; scores: its scratch. */
+static void fa32_all(const le_node *n, const fa_shape *s, int64_t ic0, int64_t ic1,
+                     float *scores, float *partials, int64_t nth, int64_t ith) {
+  le_fa_row r[LE_FA32_MAX_HEADS];
+  float *pt[LE_FA32_MAX_HEADS];
+  const float *q[LE_FA32_MAX_HEADS];
+  for (int64_t h = 0; h < s->neq2; h++) {
+    r[h] = fa_row_of(n, s, 0, h, 0, NULL, NULL, ic0);
+    pt[h] = partials + (h * nth + ith) * (2 + s->DV);
+    q[h] = (const float *)fa_at(&n->src[0], 0, h, 0);
+  }
+  le_fa32_heads(r, (int)s->neq2, (int)s->rk2, ic0, ic1, q, scores, pt);
+}
+
 /* ggml_flash_attn_ext_reduce_partials: heads ith, ith + nth, ... */
 static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_params *p,
                       const float *partials, int64_t chunk, float *work) {
@@ -541,11 +558,17 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
                                      ? le_fa_cells_f16_heads(s.DV, &gh)
                                      : NULL;
     const int grouped = heads && s.rk2 % gh == 0;
+    const int f32 = n->params[3] == LE_FA_PREC_F32 && k->type == LE_TYPE_F16 && s.rk3 == 1 &&
+                    v->type == LE_TYPE_F16 && s.rv2 == s.rk2 && le_fa32_ok(s.DK, s.DV, s.neq2);
     for (int64_t h = 0; h < s.neq2; h++) {
       float *pt = partials + (h * nth + p->ith) * psize;
       if (ic0 >= s.nek1) {
         pt[0] = -INFINITY;
         pt[1] = 0.0f;
+        continue;
+      }
+      if (f32) { /* every head at once (flash_attn_f32.c) */
+        if (h == 0) fa32_all(n, &s, ic0, ic1, dots, partials, nth, p->ith);
         continue;
       }
       if (rows && h % s.rk2 == 0) fa_split_dots(n, &s, rows, h, ic0, ic1, dots);

@@ -54,6 +54,22 @@ int le_fa_kq_rows(int64_t DK, const float *Kt, const float *Q, float *KQ, const 
 int le_fa_vacc_rows(int64_t DV, const float *Vt, const float *W, float *VKQ, const int *rows,
                     int n);
 
+/* GGML_PREC_F32 in FLASH_ATTN_EXT's params[3] (ggml_flash_attn_ext_set_prec):
+ * the decode step may take flash_attn_f32.c's kernel. */
+#define LE_FA_PREC_F32 10
+#define LE_FA32_MAX_HEADS 128
+
+/* Whether flash_attn_f32.c has a kernel for heads of DK (K) and DV (V)
+ * values and `heads` query heads at the current SIMD level. */
+int le_fa32_ok(int64_t DK, int64_t DV, int64_t heads);
+
+/* flash_attn_f32.c: the partials pt[j] (M, S, unnormalized VKQ in f32) of
+ * query heads r[0..nh) (f32 query rows q[j]; each g consecutive heads share
+ * one K/V head) over cells [ic0, ic1); scores: room for nh * (ic1 - ic0)
+ * floats. */
+void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
+                   const float *const *q, float *scores, float *const *pt);
+
 #if defined(LE_X86)
 /* The tiled path's products of one query row, 8 lanes wide (flash_attn_x86.c). */
 void le_fa_kq_tile_avx2(int64_t DK, const float *Kt, const float *q, float *kq);

@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { bitsF32, Op, opSupported } from "../graph/ops.ts";
+import { bitsF32, FlashAttnParam, GGMLPrec, Op, opSupported } from "../graph/ops.ts";
 import { GGMLType, ggmlTypeInfo, vecDotType } from "../ggml/types.ts";
 import type { Backend, BackendBuffer, ExecNode, OpQuery, ResolvedTensor } from "./types.ts";
 import { bf16ToF32, f32ToBf16, f32ToFp16, fp16ToF32 } from "../ggml/half.ts";
@@ -295,7 +295,8 @@ function concat(n: ExecNode): void {
 /**
  * ggml_flash_attn_ext: per query row, softmax(q·k * scale + slope * mask) v
  * in float64, with q rounded to K's vec_dot type first as ggml does (its
- * online softmax and f16/f32 accumulators are accumulation order only).
+ * online softmax and f16/f32 accumulators are accumulation order only),
+ * except at GGML_PREC_F32, where our CPU kernel keeps q in f32.
  */
 function flashAttnExt(n: ExecNode): void {
   const [q, k, v, m] = n.src, d = n.dst;
@@ -311,7 +312,7 @@ function flashAttnExt(n: ExecNode): void {
   forRows(q, (i1, i2, i3) => {
     const slope = maxBias > 0 ? (i2 < log2 ? m0 ** (i2 + 1) : m1 ** (2 * (i2 - log2) + 1)) : 1;
     readRow(q, i1, i2, i3, qr);
-    roundActivations(vdt, qr);
+    if (n.params[FlashAttnParam.PREC] !== GGMLPrec.F32) roundActivations(vdt, qr);
     if (m && mask) readRow(m, i1, i2 % m.ne[2], i3 % m.ne[3], mask);
     const ik2 = Math.floor(i2 / (q.ne[2] / k.ne[2])), ik3 = Math.floor(i3 / (q.ne[3] / k.ne[3]));
     const iv2 = Math.floor(i2 / (q.ne[2] / v.ne[2])), iv3 = Math.floor(i3 / (q.ne[3] / v.ne[3]));

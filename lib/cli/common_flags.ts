@@ -46,6 +46,14 @@ export const flashAttnFlag = () =>
     description: "attention through flash attention (llama.cpp's -fa on); needed by a q8_0 cache",
   });
 
+/** --fa-precision. */
+export const flashAttnPrecisionFlag = () =>
+  flag.choice(["default", "f32"], {
+    default: "default",
+    description:
+      "flash attention arithmetic: llama.cpp's (default) or f32, faster over a deep cache (needs --flash-attn)",
+  });
+
 /** --cache-type / --ctk. */
 export const cacheTypeFlag = () =>
   flag.choice(["f16", "f32", "q8_0"], {

@@ -15,7 +15,13 @@
  * @module
  */
 import { flag, runCommand, UsageError } from "./args.ts";
-import { cacheTypeFlag, flashAttnFlag, modelFlag, threadsFlag } from "./common_flags.ts";
+import {
+  cacheTypeFlag,
+  flashAttnFlag,
+  flashAttnPrecisionFlag,
+  modelFlag,
+  threadsFlag,
+} from "./common_flags.ts";
 
 export { DEFAULT_MODEL } from "./common_flags.ts";
 
@@ -102,6 +108,7 @@ export const GENERATE_FLAGS = {
     description: "cpu (native kernels), wasm (the kernels in WebAssembly) or ref (pure TypeScript)",
   }),
   "flash-attn": flashAttnFlag(),
+  "fa-precision": flashAttnPrecisionFlag(),
   "cache-type": cacheTypeFlag(),
   "gpu-layers": flag.int({
     aliases: ["n-gpu-layers"],
@@ -195,6 +202,7 @@ export function main(args: string[]): Promise<number> {
       threads: a.threads,
       ...(a["gpu-layers"] ? { nGpuLayers: a["gpu-layers"] } : { backend: a.backend }),
       flashAttn: a["flash-attn"],
+      flashAttnPrecision: a["fa-precision"] as "default" | "f32",
       kvType: a["cache-type"],
     });
     const loadMs = performance.now() - tLoad;

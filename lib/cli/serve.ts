@@ -9,7 +9,13 @@
  * @module
  */
 import { flag, runCommand } from "./args.ts";
-import { cacheTypeFlag, flashAttnFlag, modelFlag, threadsFlag } from "./common_flags.ts";
+import {
+  cacheTypeFlag,
+  flashAttnFlag,
+  flashAttnPrecisionFlag,
+  modelFlag,
+  threadsFlag,
+} from "./common_flags.ts";
 
 /** The flags of `deno task serve` (llama-server's names). */
 export const SERVE_FLAGS = {
@@ -42,6 +48,7 @@ export const SERVE_FLAGS = {
     description: "Jinja chat template overriding the model's",
   }),
   "flash-attn": flashAttnFlag(),
+  "fa-precision": flashAttnPrecisionFlag(),
   "kv-unified": flag.boolean({
     aliases: ["kvu"],
     description:
@@ -71,6 +78,7 @@ export function main(args: string[]): Promise<number> {
       batchSize: a["batch-size"],
       threads: a.threads,
       flashAttn: a["flash-attn"],
+      flashAttnPrecision: a["fa-precision"] as "default" | "f32",
       kvUnified: a["kv-unified"],
       kvType: a["cache-type"] as "f16" | "f32" | "q8_0",
       chatTemplate: tpl === undefined ? undefined : await Deno.readTextFile(tpl),

@@ -14,6 +14,7 @@ import { GGMLType } from "../ggml/types.ts";
 import {
   f32Bits,
   FlashAttnParam,
+  GGMLPrec,
   Op,
   opViolation,
   RopeMode,
@@ -276,6 +277,7 @@ export class Graph {
     t.params[FlashAttnParam.SCALE] = f32Bits(o.scale ?? 1);
     t.params[FlashAttnParam.MAX_BIAS] = f32Bits(o.maxBias ?? 0);
     t.params[FlashAttnParam.SOFTCAP] = f32Bits(0);
+    t.params[FlashAttnParam.PREC] = o.precF32 ? GGMLPrec.F32 : GGMLPrec.DEFAULT;
     return this.#ruled("flashAttnExt", t);
   }
 

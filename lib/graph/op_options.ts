@@ -54,4 +54,10 @@ export interface FlashAttnOptions {
   scale?: number;
   /** ALiBi max bias. Default 0. */
   maxBias?: number;
+  /**
+   * GGML_PREC_F32 (ggml_flash_attn_ext_set_prec): the CPU backend may then
+   * run its f32 decode kernel instead of ggml-cpu's arithmetic. Default
+   * false.
+   */
+  precF32?: boolean;
 }

@@ -46,7 +46,10 @@ export const MAX_PARAMS = 16;
 export const MAX_SRC = 7;
 
 /** Parameter slots of FLASH_ATTN_EXT (f32 bit patterns). */
-export const FlashAttnParam = { SCALE: 0, MAX_BIAS: 1, SOFTCAP: 2 } as const;
+export const FlashAttnParam = { SCALE: 0, MAX_BIAS: 1, SOFTCAP: 2, PREC: 3 } as const;
+
+/** ggml_prec values of FLASH_ATTN_EXT's PREC slot (ggml_flash_attn_ext_set_prec). */
+export const GGMLPrec = { DEFAULT: 0, F32: 10 } as const;
 
 /** Cache types FLASH_ATTN_EXT reads for K and V (ggml-cpu's kernel takes any type with a vec_dot; these are the ones we build caches in). */
 export const FLASH_ATTN_KV_TYPES: readonly number[] = [GGMLType.F32, GGMLType.F16, GGMLType.Q8_0];
@@ -444,6 +447,8 @@ const OP_RULES: Readonly<Record<number, OpRule>> = {
       }
       if (bitsF32(params[FlashAttnParam.SOFTCAP]) !== 0) return "logit softcap is not implemented";
       if (!(bitsF32(params[FlashAttnParam.MAX_BIAS]) >= 0)) return "max_bias must be >= 0";
+      const prec = params[FlashAttnParam.PREC];
+      if (prec !== GGMLPrec.DEFAULT && prec !== GGMLPrec.F32) return `prec ${prec} is not 0 or 10`;
     },
   },
   [Op.SSM_CONV]: SSM_CONV,

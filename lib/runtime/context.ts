@@ -176,6 +176,7 @@ export class Context implements Disposable, AsyncDisposable {
       nSeqMax: p.o.nSeqMax,
       embeddings: p.o.embeddings,
       flashAttn: p.o.flashAttn,
+      flashAttnF32: p.o.flashAttnF32,
       kvStreamGaps: p.o.kvStreamGaps,
       closer: this.#closer.signal,
       isOpen: () => this.#state === "open",
@@ -220,6 +221,7 @@ export class Context implements Disposable, AsyncDisposable {
       threads: options.threads,
       kvType: options.kvType ?? "f16",
       flashAttn: options.flashAttn ?? false,
+      flashAttnF32: options.flashAttnPrecision === "f32",
       kvStreamGaps: options.kvStreamGaps ?? false,
     };
     const id = nextId++;

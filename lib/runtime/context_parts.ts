@@ -25,6 +25,8 @@ export interface Shape {
   threads?: number;
   kvType: KvType;
   flashAttn: boolean;
+  /** {@link ContextOptions.flashAttnPrecision} is "f32". */
+  flashAttnF32: boolean;
   /** {@link ContextOptions.kvStreamGaps}. */
   kvStreamGaps: boolean;
 }

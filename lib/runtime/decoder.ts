@@ -50,6 +50,8 @@ export interface DecoderParts {
   readonly embeddings: boolean;
   /** Flash attention (architectures without a cache; with one, the cache's layout says). */
   readonly flashAttn?: boolean;
+  /** Flash attention at GGML_PREC_F32 (ContextOptions.flashAttnPrecision). */
+  readonly flashAttnF32?: boolean;
   /** A micro-batch may take streams with gaps (ContextOptions.kvStreamGaps). */
   readonly kvStreamGaps?: boolean;
   /** Aborted when the context is disposed. */
@@ -97,6 +99,7 @@ export class Decoder {
   readonly #nSeqMax: number;
   readonly #embeddings: boolean;
   readonly #flashAttn: boolean;
+  readonly #flashAttnF32: boolean;
   readonly #streamGaps: boolean;
   readonly #closer: AbortSignal;
   readonly #isOpen: () => boolean;
@@ -127,6 +130,7 @@ export class Decoder {
     this.#nSeqMax = p.nSeqMax;
     this.#embeddings = p.embeddings;
     this.#flashAttn = p.flashAttn ?? false;
+    this.#flashAttnF32 = p.flashAttnF32 ?? false;
     this.#streamGaps = p.kvStreamGaps ?? false;
     this.#closer = p.closer;
     this.#isOpen = p.isOpen;
@@ -382,6 +386,7 @@ export class Decoder {
         },
         rs,
         this.#flashAttn,
+        this.#flashAttnF32,
       );
       sched.alloc(g);
       last = this.#last = { key, g, io };

@@ -22,6 +22,7 @@ export function buildGraph(
   step: Step,
   rs: RecurrentMemory | null = null,
   flashAttn = false,
+  flashAttnF32 = false,
 ): { g: Graph; io: ArchGraph } {
   const g = new Graph();
   const b = new GraphBuilder({
@@ -34,6 +35,7 @@ export function buildGraph(
     step,
     taps,
     flashAttn,
+    flashAttnF32,
   });
   const out = model.arch.build(b, model.weights);
   return { g, io: b.finish(out) };

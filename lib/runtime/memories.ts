@@ -39,6 +39,8 @@ export interface MemoryShape {
   readonly kvType: keyof typeof KV_GGML_TYPE;
   /** Attention through FLASH_ATTN_EXT (V stored untransposed). */
   readonly flashAttn: boolean;
+  /** {@link ContextOptions.flashAttnPrecision} "f32". */
+  readonly flashAttnF32?: boolean;
 }
 
 /** Where things go. */
@@ -123,7 +125,7 @@ export function allocateMemory(model: Model, o: MemoryShape, p: MemoryPlacement)
       slot: kv ? { idxs: Array.from({ length: n }, (_, i) => i % nCtxSeq) } : null,
       embeddings: o.embeddings,
     };
-    const build = () => buildGraph(model, kv, p.taps, step, rs, o.flashAttn).g;
+    const build = () => buildGraph(model, kv, p.taps, step, rs, o.flashAttn, o.flashAttnF32).g;
     // A recurrent slot spanning every cell, one of them zeroed.
     return rs ? rs.withWorstSlot(build) : build();
   };

@@ -90,6 +90,22 @@ export interface ContextOptions {
    */
   flashAttn?: boolean;
   /**
+   * The arithmetic of flash attention. "default": ggml-cpu's, bit for bit
+   * (V accumulated in f16, rounded at every cache cell). "f32": the nodes
+   * carry GGML_PREC_F32, and the CPU backend's one-token steps over 512 or
+   * more cells take a kernel that accumulates in f32 in its own order —
+   * faster over a deep cache, and no longer llama.cpp's bits
+   * (kernels/PARITY.md section 31; where no such kernel exists for the CPU
+   * or the head size, the default arithmetic runs). Needs
+   * {@link ContextOptions.flashAttn}. Default "default".
+   *
+   * @example A long chat, decoded faster at depth
+   * ```ts ignore
+   * const ctx = await Context.create(model, { flashAttn: true, flashAttnPrecision: "f32" });
+   * ```
+   */
+  flashAttnPrecision?: "default" | "f32";
+  /**
    * Where layers run: "cpu" (native kernels), "ref" (pure TypeScript),
    * "wasm" (the native kernels compiled to WebAssembly: no FFI needed, one
    * thread, the CPU backend's scalar-level results), or
@@ -180,6 +196,7 @@ const CONTEXT_KEYS = [
   "threads",
   "kvType",
   "flashAttn",
+  "flashAttnPrecision",
   "backend",
   "backends",
   "layerSplit",
@@ -202,6 +219,13 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
   c.bool("embeddings", o.embeddings);
   c.int("threads", o.threads, 1, MAX_THREADS);
   c.bool("flashAttn", o.flashAttn);
+  const prec = o.flashAttnPrecision;
+  if (prec !== undefined && prec !== "default" && prec !== "f32") {
+    c.fail("flashAttnPrecision", prec, `"default", "f32"`);
+  }
+  if (prec === "f32" && o.flashAttn !== true) {
+    c.fail("flashAttnPrecision", prec, `"default" ("f32" needs flashAttn: true)`);
+  }
   if (o.kvType !== undefined && !(KV_TYPES as readonly unknown[]).includes(o.kvType)) {
     // Building another type as f16 would hide the choice.
     c.fail("kvType", o.kvType, `"f16", "f32", "q8_0"`);

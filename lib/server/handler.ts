@@ -77,6 +77,8 @@ export interface HandlerOptions {
   threads?: number;
   /** Flash attention (needed by a q8_0 cache). */
   flashAttn?: boolean;
+  /** Flash attention's arithmetic (the context option `flashAttnPrecision`). */
+  flashAttnPrecision?: "default" | "f32";
   /** KV cache type (default f16). */
   kvType?: "f16" | "f32" | "q8_0";
   /**
@@ -151,6 +153,7 @@ export function createHandler(options: HandlerOptions): Handler {
       nCtx: perSlot * (kvUnified ? parallel : nSeqMax),
       threads: options.threads,
       flashAttn: options.flashAttn,
+      flashAttnPrecision: options.flashAttnPrecision,
       kvType: options.kvType,
     });
     const seqs = Array.from({ length: parallel }, () => ctx.sequence());

@@ -109,6 +109,8 @@ export class GraphBuilder {
    * cache, as asked.
    */
   readonly flashAttn: boolean;
+  /** Flash attention nodes at GGML_PREC_F32 (see FlashAttnOptions.precF32). */
+  readonly flashAttnF32: boolean;
   /** I32 [nOutputs] rows kept for the output, or null when every row is. */
   readonly outIds: Tensor | null;
   readonly #arch: Architecture;
@@ -129,6 +131,8 @@ export class GraphBuilder {
     taps?: ReadonlySet<string>;
     /** Flash attention; with a cache it must match the cache's layout (V not transposed). */
     flashAttn?: boolean;
+    /** Flash attention at GGML_PREC_F32 (ContextOptions.flashAttnPrecision "f32"). */
+    flashAttnF32?: boolean;
   }) {
     this.g = o.g;
     this.hp = o.hp;
@@ -145,6 +149,7 @@ export class GraphBuilder {
     this.embdIn = o.step.inputEmbd ? o.g.input("inp_embd", GGMLType.F32, [o.hp.nEmbd, n]) : null;
     if (o.arch.rope !== "none") this.#pos = o.g.input("inp_pos", GGMLType.I32, [n]);
     this.flashAttn = o.kv ? !o.kv.vTrans : o.flashAttn ?? false;
+    this.flashAttnF32 = this.flashAttn && (o.flashAttnF32 ?? false);
     if (o.kv && o.flashAttn !== undefined && o.flashAttn !== this.flashAttn) {
       throw new Error(
         `GraphBuilder: flashAttn ${o.flashAttn} with a cache whose vTrans is ${o.kv.vTrans}`,
@@ -343,7 +348,11 @@ export class GraphBuilder {
       // An F32 cache is cast to F16 first, as llama.cpp does.
       const f16 = (t: Tensor) => t.type === GGMLType.F32 ? g.cast(t, GGMLType.F16) : t;
       const fa = this.cb(
-        g.flashAttnExt(qh, f16(kAll), f16(vAll), { mask, scale: kqScale }),
+        g.flashAttnExt(qh, f16(kAll), f16(vAll), {
+          mask,
+          scale: kqScale,
+          precF32: this.flashAttnF32,
+        }),
         "fattn",
         il,
       );

@@ -1,0 +1,360 @@
+/* FLASH_ATTN_EXT's decode step at f32 precision: the node's prec param is
+ * GGML_PREC_F32 (ggml_flash_attn_ext_set_prec; ContextOptions
+ * flashAttnPrecision "f32"). ggml-cpu ignores that param and keeps its one
+ * arithmetic (flash_attn.c: an online softmax cell by cell, V accumulated
+ * in f16 and rounded at every cell); the default path here follows it bit
+ * for bit. With the param set, the split-KV decode (one query row, F16 K
+ * and V, nKv >= 512) takes this kernel instead, which is not llama.cpp's
+ * order (kernels/PARITY.md section 31):
+ *
+ * - per thread, over its chunk of cells and per K/V head, the kq dots of
+ *   every query head that shares it (flash_attn.c's fa_split_dots, as the
+ *   default path);
+ * - an exact softmax over the chunk instead of an online one: the chunk's
+ *   maximum first, then the exps and their sum in vectors;
+ * - V times the weights accumulated in f32 registers, each V row widened
+ *   once for all the query heads of its group: no f16 round trip per cell
+ *   (in ggml's order each head's accumulation waits on one per cell).
+ *
+ * The chunks' partials (M, S, VKQ) are merged as in the default path. */
+#include "flash_attn.h"
+#include "reduce512.h"
+#include "vexp.h"
+
+#if defined(LE_X86)
+/* Cells per block of the V pass: every K/V head's rows of a block (32 KiB
+ * at 64 cells of 4 heads of 64) are taken while they are in L1/L2. */
+#define FA32_VBLOCK 64
+
+/* s[c] = dots[c] * scale + slope * mask[c] for c < n, in place; returns
+ * the maximum (-inf when every cell is masked). */
+LE_TARGET_AVX512 static float fa32_scores(const le_fa_row *r, int64_t ic0, float *s, int64_t n) {
+  const __m512 sc = _mm512_set1_ps(r->scale), sl = _mm512_set1_ps(r->slope);
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t c = 0; c < n; c += 16) {
+    const int m = (int)LE_MIN(16, n - c);
+    const __mmask16 k = (__mmask16)((1u << m) - 1);
+    __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + c), sc);
+    if (r->mp) {
+      const __m512 mv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, r->mp + ic0 + c));
+      v = _mm512_fmadd_ps(mv, sl, v); /* -inf where masked */
+    }
+    _mm512_mask_storeu_ps(s + c, k, v);
+    mx = _mm512_mask_max_ps(mx, k, mx, v);
+  }
+  return _mm512_reduce_max_ps(mx);
+}
+
+/* kq dots s[j][c] = q[j] . K[c] for nh query heads (f32 rows of DK, a
+ * multiple of 16 up to 256) and m <= 16 cells (f16 rows kb + c * kst):
+ * the block widened and transposed once into Kt (d-major), then per head
+ * the 16 cells' dots as one fma chain over d, the query element broadcast:
+ * no horizontal sums, and the block is shared by every head of the group. */
+LE_TARGET_AVX512 static void fa32_dots(int64_t DK, const char *kb, size_t kst, int m, int nh,
+                                       const float *const *q, float *const *s) {
+  float Kt[256 * 16] __attribute__((aligned(64)));
+  for (int64_t d0 = 0; d0 < DK; d0 += 16) {
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+      r[i] = i < m ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                         (const __m256i *)(const void *)(kb + (size_t)i * kst + d0 * 2)))
+                   : _mm512_setzero_ps();
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm512_store_ps(Kt + (d0 + i) * 16, r[i]);
+  }
+  const __mmask16 k = (__mmask16)((1u << m) - 1);
+  int j = 0;
+  for (; j + 8 <= nh; j += 8) {
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; t++) a[t] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < DK; d++) {
+      const __m512 kt = _mm512_load_ps(Kt + d * 16);
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; t++) a[t] = _mm512_fmadd_ps(_mm512_set1_ps(q[j + t][d]), kt, a[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; t++) _mm512_mask_storeu_ps(s[j + t], k, a[t]);
+  }
+  for (; j < nh; j++) {
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t d = 0; d < DK; d++)
+      a = _mm512_fmadd_ps(_mm512_set1_ps(q[j][d]), _mm512_load_ps(Kt + d * 16), a);
+    _mm512_mask_storeu_ps(s[j], k, a);
+  }
+}
+
+/* out[j][d] += sum over cells c < n of p[j][c] * V[c][d], for NH heads and
+ * DV = 16 * NV, in registers over the n cells; V row c at vb + c * vst
+ * (f16), widened once for the NH heads. With CHECK, cells that every head
+ * weighs 0 (masked) are skipped: their V may be anything, and 0 times inf
+ * would not be 0 (without, the caller saw no zero weight). */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+fa32_vacc(const int NV, const int NH, const int CHECK, const char *vb, size_t vst, int64_t n,
+          const float *const *p, float *const *out) {
+  __m512 acc[8][8];
+#pragma GCC unroll 8
+  for (int j = 0; j < NH; j++)
+#pragma GCC unroll 8
+    for (int k = 0; k < NV; k++) acc[j][k] = _mm512_loadu_ps(out[j] + 16 * k);
+  for (int64_t c = 0; c < n; c++) {
+    if (CHECK) {
+      int live = 0;
+#pragma GCC unroll 8
+      for (int j = 0; j < NH; j++) live |= p[j][c] != 0.0f;
+      if (!live) continue;
+    }
+    const uint16_t *x = (const uint16_t *)(const void *)(vb + (size_t)c * vst);
+    __m512 v[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < NV; k++)
+      v[k] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(x + 16 * k)));
+#pragma GCC unroll 8
+    for (int j = 0; j < NH; j++) {
+      const __m512 w = _mm512_set1_ps(p[j][c]);
+#pragma GCC unroll 8
+      for (int k = 0; k < NV; k++) acc[j][k] = _mm512_fmadd_ps(v[k], w, acc[j][k]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NH; j++)
+#pragma GCC unroll 8
+    for (int k = 0; k < NV; k++) _mm512_storeu_ps(out[j] + 16 * k, acc[j][k]);
+}
+
+#define FA32_VACC(name, NV, NH)                                                                \
+  LE_TARGET_AVX512 static void name(int check, const char *vb, size_t vst, int64_t n,          \
+                                    const float *const *p, float *const *out) {                \
+    if (check) fa32_vacc(NV, NH, 1, vb, vst, n, p, out);                                       \
+    else fa32_vacc(NV, NH, 0, vb, vst, n, p, out);                                             \
+  }
+FA32_VACC(fa32_vacc_d32x8, 2, 8)
+FA32_VACC(fa32_vacc_d32x1, 2, 1)
+FA32_VACC(fa32_vacc_d64x4, 4, 4)
+FA32_VACC(fa32_vacc_d64x1, 4, 1)
+FA32_VACC(fa32_vacc_d128x2, 8, 2)
+FA32_VACC(fa32_vacc_d128x1, 8, 1)
+#undef FA32_VACC
+
+/* Whether any of p[j][0..m) (j < nh) is 0. */
+LE_TARGET_AVX512 static int fa32_any_zero(const float *const *p, int nh, int64_t m) {
+  for (int j = 0; j < nh; j++)
+    for (int64_t c = 0; c < m; c += 16) {
+      const __mmask16 k = (__mmask16)((1u << LE_MIN(16, m - c)) - 1);
+      if (_mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, p[j] + c), _mm512_setzero_ps(),
+                                  _CMP_EQ_OQ))
+        return 1;
+    }
+  return 0;
+}
+
+/* ---- AVX2: the same steps 8 lanes wide, within 16 registers ---- */
+
+/* fa32_scores at AVX2. */
+LE_TARGET_AVX2 static float fa32_scores_avx2(const le_fa_row *r, int64_t ic0, float *s, int64_t n) {
+  const __m256 sc = _mm256_set1_ps(r->scale), sl = _mm256_set1_ps(r->slope);
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + c), sc);
+    if (r->mp)
+      v = _mm256_fmadd_ps(
+          _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(r->mp + ic0 + c))), sl,
+          v);
+    _mm256_storeu_ps(s + c, v);
+    mx = _mm256_max_ps(mx, v);
+  }
+  float lanes[8], M = -INFINITY;
+  _mm256_storeu_ps(lanes, mx);
+  for (int i = 0; i < 8; i++) M = fmaxf(M, lanes[i]);
+  for (; c < n; c++) {
+    float v = s[c] * r->scale;
+    if (r->mp) v = fmaf(_cvtsh_ss(r->mp[ic0 + c]), r->slope, v);
+    s[c] = v;
+    M = fmaxf(M, v);
+  }
+  return M;
+}
+
+/* fa32_dots at AVX2: the block of up to 16 cells as two of 8. */
+LE_TARGET_AVX2 static void fa32_dots_avx2(int64_t DK, const char *kb, size_t kst, int m, int nh,
+                                          const float *const *q, float *const *s) {
+  float Kt[256 * 8] __attribute__((aligned(32)));
+  for (int c0 = 0; c0 < m; c0 += 8) {
+    const int mm = LE_MIN(8, m - c0);
+    for (int64_t d0 = 0; d0 < DK; d0 += 8) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; i++)
+        r[i] = i < mm ? _mm256_cvtph_ps(_mm_loadu_si128(
+                            (const __m128i *)(const void *)(kb + (size_t)(c0 + i) * kst + d0 * 2)))
+                      : _mm256_setzero_ps();
+      transpose8(r);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; i++) _mm256_store_ps(Kt + (d0 + i) * 8, r[i]);
+    }
+    float part[8];
+    for (int j = 0; j < nh;) {
+      const int nt = nh - j >= 8 ? 8 : 1;
+      __m256 a[8];
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_ps();
+      if (nt == 8) {
+        for (int64_t d = 0; d < DK; d++) {
+          const __m256 kt = _mm256_load_ps(Kt + d * 8);
+#pragma GCC unroll 8
+          for (int t = 0; t < 8; t++) a[t] = _mm256_fmadd_ps(_mm256_set1_ps(q[j + t][d]), kt, a[t]);
+        }
+      } else {
+        for (int64_t d = 0; d < DK; d++)
+          a[0] = _mm256_fmadd_ps(_mm256_set1_ps(q[j][d]), _mm256_load_ps(Kt + d * 8), a[0]);
+      }
+      for (int t = 0; t < nt; t++) {
+        if (mm == 8) {
+          _mm256_storeu_ps(s[j + t] + c0, a[t]);
+        } else {
+          _mm256_storeu_ps(part, a[t]);
+          memcpy(s[j + t] + c0, part, (size_t)mm * 4);
+        }
+      }
+      j += nt;
+    }
+  }
+}
+
+/* out[j][d0 .. d0 + 32) += sum over c < n of p[j][c] * V[c][d0 ..], NH
+ * heads (1 or 2) per pass: 8 accumulators and the V slice's 4. */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+fa32_vacc_avx2(const int NH, const int CHECK, const char *vb, size_t vst, int64_t n, int64_t d0,
+               const float *const *p, float *const *out) {
+  __m256 acc[2][4];
+#pragma GCC unroll 2
+  for (int j = 0; j < NH; j++)
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) acc[j][k] = _mm256_loadu_ps(out[j] + d0 + 8 * k);
+  for (int64_t c = 0; c < n; c++) {
+    if (CHECK && p[0][c] == 0.0f && (NH == 1 || p[1][c] == 0.0f)) continue;
+    const uint16_t *x = (const uint16_t *)(const void *)(vb + (size_t)c * vst) + d0;
+    __m256 v[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+      v[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(x + 8 * k)));
+#pragma GCC unroll 2
+    for (int j = 0; j < NH; j++) {
+      const __m256 w = _mm256_set1_ps(p[j][c]);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; k++) acc[j][k] = _mm256_fmadd_ps(v[k], w, acc[j][k]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int j = 0; j < NH; j++)
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) _mm256_storeu_ps(out[j] + d0 + 8 * k, acc[j][k]);
+}
+
+LE_TARGET_AVX2 static void fa32_vacc_avx2_x2(int check, const char *vb, size_t vst, int64_t n,
+                                             int64_t d0, const float *const *p, float *const *out) {
+  if (check) fa32_vacc_avx2(2, 1, vb, vst, n, d0, p, out);
+  else fa32_vacc_avx2(2, 0, vb, vst, n, d0, p, out);
+}
+LE_TARGET_AVX2 static void fa32_vacc_avx2_x1(int check, const char *vb, size_t vst, int64_t n,
+                                             int64_t d0, const float *const *p, float *const *out) {
+  if (check) fa32_vacc_avx2(1, 1, vb, vst, n, d0, p, out);
+  else fa32_vacc_avx2(1, 0, vb, vst, n, d0, p, out);
+}
+
+/* Whether any of p[j][0..m) (j < nh) is 0, scalar (any level). */
+static int fa32_any_zero_scalar(const float *const *p, int nh, int64_t m) {
+  for (int j = 0; j < nh; j++)
+    for (int64_t c = 0; c < m; c++)
+      if (p[j][c] == 0.0f) return 1;
+  return 0;
+}
+
+int le_fa32_ok(int64_t DK, int64_t DV, int64_t heads) {
+  return (le_simd() == LE_SIMD_AVX512 || le_simd() == LE_SIMD_AVX2) && DK % 16 == 0 && DK <= 256 &&
+         (DV == 32 || DV == 64 || DV == 128) &&
+         heads <= LE_FA32_MAX_HEADS;
+}
+
+/* V pass of one K/V head's query heads r[0..nh) over cells [c0, c0 + m)
+ * of the chunk (weights p[j] + c0). */
+static void fa32_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int64_t m,
+                        const float *const *p, float *const *out) {
+  const int64_t DV = r[0].DV;
+  const char *vb = r[0].vb + (ic0 + c0) * r[0].vst;
+  const float *pc[LE_FA32_MAX_HEADS];
+  for (int j = 0; j < nh; j++) pc[j] = p[j] + c0;
+  if (le_simd() == LE_SIMD_AVX2) { /* 32 columns, two heads, at a time */
+    const int check = fa32_any_zero_scalar(pc, nh, m);
+    for (int64_t d0 = 0; d0 < DV; d0 += 32) {
+      int j = 0;
+      for (; j + 2 <= nh; j += 2) fa32_vacc_avx2_x2(check, vb, r[0].vst, m, d0, pc + j, out + j);
+      for (; j < nh; j++) fa32_vacc_avx2_x1(check, vb, r[0].vst, m, d0, pc + j, out + j);
+    }
+    return;
+  }
+  /* heads per pass: 16 accumulators */
+  const int g = DV == 32 ? 8 : DV == 64 ? 4 : 2, check = fa32_any_zero(pc, nh, m);
+  int j = 0;
+  for (; j + g <= nh; j += g) {
+    if (DV == 32) fa32_vacc_d32x8(check, vb, r[0].vst, m, pc + j, out + j);
+    else if (DV == 64) fa32_vacc_d64x4(check, vb, r[0].vst, m, pc + j, out + j);
+    else fa32_vacc_d128x2(check, vb, r[0].vst, m, pc + j, out + j);
+  }
+  for (; j < nh; j++) {
+    if (DV == 32) fa32_vacc_d32x1(check, vb, r[0].vst, m, pc + j, out + j);
+    else if (DV == 64) fa32_vacc_d64x1(check, vb, r[0].vst, m, pc + j, out + j);
+    else fa32_vacc_d128x1(check, vb, r[0].vst, m, pc + j, out + j);
+  }
+}
+
+void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
+                   const float *const *q, float *scores, float *const *pt) {
+  const int64_t nc = ic1 - ic0, DV = r[0].DV;
+  const int avx2 = le_simd() == LE_SIMD_AVX2;
+  float *s[LE_FA32_MAX_HEADS], *out[LE_FA32_MAX_HEADS];
+  for (int j = 0; j < nh; j++) s[j] = scores + j * nc, out[j] = pt[j] + 2;
+  /* Cell blocks outer, K/V heads inner: a block's rows of every head are
+   * contiguous in the cache, so memory is read in order. (Neither this nor
+   * software prefetch changed the time at depth 2048 on Zen 4: the loads
+   * still wait on memory, at ~8 GB/s of K and V with 2 threads.) */
+  for (int64_t c0 = 0; c0 < nc; c0 += 16) {
+    const int m = (int)LE_MIN(16, nc - c0);
+    float *sc[LE_FA32_MAX_HEADS];
+    for (int j = 0; j < nh; j++) sc[j] = s[j] + c0;
+    for (int h = 0; h < nh; h += g) {
+      const char *kb = r[h].kb + (ic0 + c0) * r[h].kst;
+      if (avx2) fa32_dots_avx2(r[h].DK, kb, r[h].kst, m, g, q + h, sc + h);
+      else fa32_dots(r[h].DK, kb, r[h].kst, m, g, q + h, sc + h);
+    }
+  }
+  for (int j = 0; j < nh; j++) {
+    const float M = avx2 ? fa32_scores_avx2(&r[j], ic0, s[j], nc) : fa32_scores(&r[j], ic0, s[j], nc);
+    pt[j][0] = M;
+    if (M == -INFINITY) { /* every cell masked: a partial that adds nothing */
+      pt[j][1] = 0.0f;
+      memset(s[j], 0, (size_t)nc * 4);
+    } else {
+      pt[j][1] = (float)le_vec_soft_max_f32(nc, s[j], s[j], M); /* exps in place, their sum */
+    }
+    memset(out[j], 0, (size_t)DV * 4);
+  }
+  for (int64_t c0 = 0; c0 < nc; c0 += FA32_VBLOCK) {
+    const int64_t m = LE_MIN((int64_t)FA32_VBLOCK, nc - c0);
+    for (int h = 0; h < nh; h += g)
+      fa32_vblock(r + h, g, ic0, c0, m, (const float *const *)(s + h), out + h);
+  }
+}
+#else
+int le_fa32_ok(int64_t DK, int64_t DV, int64_t heads) {
+  (void)DK, (void)DV, (void)heads;
+  return 0;
+}
+void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
+                   const float *const *q, float *scores, float *const *pt) {
+  (void)r, (void)nh, (void)g, (void)ic0, (void)ic1, (void)q, (void)scores, (void)pt;
+}
+#endif
