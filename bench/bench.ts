@@ -278,6 +278,7 @@ export function main(args: string[]): Promise<number> {
       }
     }
     if (a.child && !a.model) throw new UsageError("--child needs --model");
+    if (a["fa-f32"] && !a["flash-attn"]) throw new UsageError("--fa-f32 needs --flash-attn");
     if (a.model && a.shape !== "125m") {
       throw new UsageError("--shape and --model exclude each other");
     }

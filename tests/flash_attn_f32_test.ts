@@ -25,8 +25,8 @@ const lib = await loadLibrary();
 const oracleLevel = (await loadOracle()).cpu.simdLevel;
 const features = lib.symbols.le_cpu_features();
 
-// One query row over >= 512 F16 cells: the split-KV decode step, the only
-// place the f32 kernel runs.
+// One query row over F16 cells: the split-KV decode step, the only place
+// the f32 kernel runs (from 32 cells).
 const base = { n: 1, kvType: F16, mask: "causal" as const };
 const CASES: (FaCase & { lateMasked?: number; infMaskedV?: boolean })[] = [
   // TinyLlama's heads: 32 query heads over 4 K/V heads of 64
@@ -60,6 +60,10 @@ const CASES: (FaCase & { lateMasked?: number; infMaskedV?: boolean })[] = [
     lateMasked: 200,
   },
   { ...base, name: "ALiBi", d: 64, nHead: 8, nHeadKv: 1, nKv: 520, threads: 2, maxBias: 8 },
+  // a short cache (the f32 kernel splits from 32 cells; ggml from 512):
+  // chunks of 34, 34 and 32 cells
+  { ...base, name: "100 cells", d: 64, nHead: 32, nHeadKv: 4, nKv: 100, threads: 3 },
+  { ...base, name: "40 cells", d: 32, nHead: 8, nHeadKv: 4, nKv: 40, threads: 2, mask: "sparse" },
 ];
 
 function setup(c: (typeof CASES)[number]): Operands {

@@ -204,14 +204,24 @@ size_t le_flash_attn_wsize(const le_node *n, int n_threads) {
   return w;
 }
 
+/* Whether the f32 kernel (flash_attn_f32.c) takes a split-KV node: its
+ * GGML_PREC_F32 param, F16 K and V heads it has a kernel for. It owns its
+ * order, so it splits from fewer cells than ggml does. */
+#define FA32_SPLIT_MIN_KV 32
+static int fa32_takes(const le_node *n) {
+  const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
+  return n->params[3] == LE_FA_PREC_F32 && k->type == LE_TYPE_F16 && v->type == LE_TYPE_F16 &&
+         q->ne[3] == 1 && k->ne[3] == 1 && v->ne[3] == 1 && q->ne[2] % k->ne[2] == 0 &&
+         k->ne[2] == v->ne[2] && le_fa32_ok(k->ne[0], v->ne[0], q->ne[2]);
+}
+
 /* Whether ggml takes the split-KV path (its result depends on the thread
  * count, so such a node must run on every thread; see threads.c le_solo). */
 int le_flash_attn_split(const le_node *n) {
   const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
   return q->ne[1] == 1 && q->ne[3] == 1 && fa_kv_float(k->type) && k->type == v->type &&
-         q->type == LE_TYPE_F32 && k->ne[1] >= FA_SPLIT_MIN_KV;
+         q->type == LE_TYPE_F32 && k->ne[1] >= (fa32_takes(n) ? FA32_SPLIT_MIN_KV : FA_SPLIT_MIN_KV);
 }
-
 
 /* The cell loop's view of query row (iq1, iq2, iq3): its K and V heads,
  * mask row and slope, Q converted to K's vec_dot type (Q_q), and the row's
@@ -558,8 +568,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
                                      ? le_fa_cells_f16_heads(s.DV, &gh)
                                      : NULL;
     const int grouped = heads && s.rk2 % gh == 0;
-    const int f32 = n->params[3] == LE_FA_PREC_F32 && k->type == LE_TYPE_F16 && s.rk3 == 1 &&
-                    v->type == LE_TYPE_F16 && s.rv2 == s.rk2 && le_fa32_ok(s.DK, s.DV, s.neq2);
+    const int f32 = fa32_takes(n);
     for (int64_t h = 0; h < s.neq2; h++) {
       float *pt = partials + (h * nth + p->ith) * psize;
       if (ic0 >= s.nek1) {
