@@ -41,6 +41,31 @@ const CASES: FaCase[] = [
     mask: "sparse",
     threads: 2,
   },
+  // One query row under 512 cells (ggml's per-row path): the kq dots of a
+  // K head's query heads taken beforehand by the row kernel; threads whose
+  // heads start inside a group (11 of 32 heads each at 3 threads).
+  {
+    name: "decode f16 under 512 cells, heads 32/4 of 64",
+    d: 64,
+    n: 1,
+    nHead: 32,
+    nHeadKv: 4,
+    nKv: 300,
+    kvType: F16,
+    mask: "sparse",
+    threads: 3,
+  },
+  {
+    name: "decode f16 under 512 cells, heads 6/2 of 128",
+    d: 128,
+    n: 1,
+    nHead: 6,
+    nHeadKv: 2,
+    nKv: 77,
+    kvType: F16,
+    mask: "causal",
+    threads: 2,
+  },
   {
     name: "split kv f16, head 64",
     d: 64,

@@ -186,6 +186,8 @@ static size_t fa_partials_bytes(const le_node *n, int n_threads) {
   return (size_t)neq2 * (size_t)n_threads * (size_t)(2 + DV) * 4;
 }
 
+static int fa_row_dots(const le_node *n);
+
 /* Floats of one thread's split-path scratch: four heads' VKQ16 (2 DV
  * floats; fa_rows_heads), then fa_split_dots's dots of a group of query
  * heads over the thread's cells and the group's Q in f16. */
@@ -194,13 +196,15 @@ static size_t fa_dots_floats(const le_node *n, int n_threads) {
   /* the f32 kernel takes every head's scores at once */
   const int64_t g = n->params[3] == LE_FA_PREC_F32 ? n->src[0].ne[2]
                                                    : n->src[0].ne[2] / n->src[1].ne[2];
-  const int64_t chunk = (nek1 + n_threads - 1) / n_threads;
+  /* a thread's chunk of the split path, or every cell (fa_row_dots) */
+  const int64_t chunk = le_flash_attn_split(n) ? (nek1 + n_threads - 1) / n_threads : nek1;
   return (size_t)(2 * DV + g * chunk + (g * DK + 1) / 2 + 16);
 }
 
 size_t le_flash_attn_wsize(const le_node *n, int n_threads) {
   size_t w = fa_thread_bytes(n) * (size_t)n_threads + fa_partials_bytes(n, n_threads);
-  if (le_flash_attn_split(n)) w += fa_dots_floats(n, n_threads) * 4 * (size_t)n_threads;
+  if (le_flash_attn_split(n) || fa_row_dots(n))
+    w += fa_dots_floats(n, n_threads) * 4 * (size_t)n_threads;
   return w;
 }
 
@@ -464,6 +468,17 @@ static le_f16_rows_fn fa_dots_fn(const le_node *n, const fa_shape *s) {
   return le_f16_rows(s->DK, 1, s->rk2 % 4 == 0);
 }
 
+/* Whether a one-row decode (one query row, fewer cells than the split
+ * path takes: ggml's per-row path) takes its kq dots beforehand by the row
+ * kernel, as the split path does: the same chain per dot, so the same bits,
+ * a K head's query heads together instead of one dot call per cell. */
+static int fa_row_dots(const le_node *n) {
+  const le_tensor *q = &n->src[0], *k = &n->src[1];
+  return q->ne[1] == 1 && q->ne[3] == 1 && k->ne[3] == 1 && q->type == LE_TYPE_F32 &&
+         k->type == LE_TYPE_F16 && q->ne[2] % k->ne[2] == 0 && !le_flash_attn_split(n) &&
+         le_f16_rows(k->ne[0], 1, (q->ne[2] / k->ne[2]) % 4 == 0) != NULL;
+}
+
 /* dots[j * (ic1 - ic0) + ic - ic0]: the kq dot of query head h0 + j
  * (j < rk2, the heads of one K head) and cell ic, Q converted to f16 as
  * fa_one_row converts it. */
@@ -492,8 +507,8 @@ static void fa_split_dots(const le_node *n, const fa_shape *s, le_f16_rows_fn ro
 static void fa_rows_heads(const le_node *n, const fa_shape *s, le_fa_heads_fn heads, int nh,
                           int64_t h0, int64_t ic0, int64_t ic1, const float *dots,
                           float *const *pt, uint16_t *vkq) {
-  le_fa_row r[4];
-  uint16_t *V16[4];
+  le_fa_row r[4] = {{0}};
+  uint16_t *V16[4] = {0};
   float S[4], M[4];
   for (int j = 0; j < nh; j++) {
     r[j] = fa_row_of(n, s, 0, h0 + j, 0, NULL, dots + j * (ic1 - ic0), ic0);
@@ -520,6 +535,21 @@ static void fa32_all(const le_node *n, const fa_shape *s, int64_t ic0, int64_t i
     q[h] = (const float *)fa_at(&n->src[0], 0, h, 0);
   }
   le_fa32_heads(r, (int)s->neq2, (int)s->rk2, ic0, ic1, q, scores, pt);
+}
+
+/* fa_one_row of query heads h0 .. h0+nh-1 (one query row, every cell) by
+ * fa_rows_heads: the heads' chains overlap, and each is fa_one_row's (the
+ * same cell kernel, the same normalization), so the same bits. */
+static void fa_heads_rows(const le_node *n, const fa_shape *s, le_fa_heads_fn heads, int nh,
+                          int64_t h0, const float *dots, float *work, uint16_t *vkq) {
+  float *pt[4];
+  for (int t = 0; t < nh; t++) pt[t] = work + t * (2 + s->DV);
+  fa_rows_heads(n, s, heads, nh, h0, 0, s->nek1, dots, pt, vkq);
+  for (int t = 0; t < nh; t++) {
+    const float S = pt[t][1];
+    fa_scale_f32(s->DV, pt[t] + 2, S == 0.0f ? 0.0f : 1.0f / S);
+    memcpy(fa_dst_row(n, 0, h0 + t, 0), pt[t] + 2, (size_t)s->DV * 4);
+  }
 }
 
 /* ggml_flash_attn_ext_reduce_partials: heads ith, ith + nth, ... */
@@ -602,7 +632,27 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
   const int64_t dr = (nr + p->nth - 1) / p->nth;
   const int64_t r0 = LE_MIN(dr * p->ith, nr), r1 = LE_MIN(r0 + dr, nr);
   if (!tiled) {
-    for (int64_t ir = r0; ir < r1; ir++) fa_one_row(n, &s, ir, 0, s.nek1, work, NULL, NULL);
+    /* one query row: ir is the head; a K head's dots at its first head */
+    const le_f16_rows_fn rows = fa_row_dots(n) ? fa_dots_fn(n, &s) : NULL;
+    float *dots = (float *)((char *)p->wdata + tb * (size_t)p->nth +
+                            fa_partials_bytes(n, p->nth)) +
+                  fa_dots_floats(n, p->nth) * (size_t)p->ith + 2 * s.DV;
+    int gh = 0;
+    const le_fa_heads_fn heads = rows && v->type == LE_TYPE_F16 && s.rv2 == s.rk2 &&
+                                         fa_use_avx2(s.fused)
+                                     ? le_fa_cells_f16_heads(s.DV, &gh)
+                                     : NULL;
+    for (int64_t ir = r0; ir < r1;) {
+      const int64_t j = ir % s.rk2;
+      if (rows && (ir == r0 || j == 0)) fa_split_dots(n, &s, rows, ir - j, 0, s.nek1, dots);
+      if (heads && s.rk2 % gh == 0 && ir % gh == 0 && ir + gh <= r1) {
+        fa_heads_rows(n, &s, heads, gh, ir, dots + j * s.nek1, work, (uint16_t *)(dots - 2 * s.DV));
+        ir += gh;
+        continue;
+      }
+      fa_one_row(n, &s, ir, 0, s.nek1, work, NULL, rows ? dots + j * s.nek1 : NULL);
+      ir++;
+    }
     return;
   }
   /* blocks of up to 64 consecutive tokens of one head */

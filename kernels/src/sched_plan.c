@@ -108,8 +108,13 @@ static int le_solo(const le_node *n) {
   const le_tensor *d = &n->dst;
   const int64_t nd = d->ne[0] * d->ne[1] * d->ne[2] * d->ne[3];
   if (n->op == LE_OP_MUL_MAT) return nd * n->src[0].ne[0] <= LE_SOLO_MACS;
-  /* ggml's split-KV flash attention cuts the cache by thread count */
-  if (n->op == LE_OP_FLASH_ATTN_EXT) return !le_flash_attn_split(n) && nd <= LE_SOLO_ELEMS;
+  /* ggml's split-KV flash attention cuts the cache by thread count; the
+   * others are sized by their multiply-adds, rows times cells times both
+   * head sizes (by dst alone, a decode step's attention over 511 cells of
+   * TinyLlama's 32 heads, 2 M multiply-adds, ran on one thread) */
+  if (n->op == LE_OP_FLASH_ATTN_EXT)
+    return !le_flash_attn_split(n) &&
+           (nd / d->ne[0]) * n->src[1].ne[1] * (n->src[1].ne[0] + d->ne[0]) <= LE_SOLO_MACS;
   return nd <= LE_SOLO_ELEMS;
 }
 
