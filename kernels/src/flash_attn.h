@@ -3,6 +3,93 @@
 #define LE_FLASH_ATTN_H
 #include "le_internal.h"
 
+/* ---- The op's shape and addressing, shared by flash_attn*.c ---- */
+#include <math.h>
+#include <string.h>
+
+#define FA_TILE_Q 64 /* GGML_FA_TILE_Q: the tiled path needs this many query rows */
+#define FA_TILE_KV 64 /* GGML_FA_TILE_KV */
+#define FA_SPLIT_MIN_KV 512
+
+static inline float fa_param(const le_node *n, int slot) {
+  float f;
+  memcpy(&f, &n->params[slot], 4);
+  return f;
+}
+
+/* a*b + c, fused where ggml's build contracts it. */
+static inline float fa_fma(float a, float b, float c, int fused) {
+  return fused ? fmaf(a, b, c) : a * b + c;
+}
+
+static inline const char *fa_at(const le_tensor *t, int64_t i1, int64_t i2, int64_t i3) {
+  return (const char *)(uintptr_t)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+
+static inline int fa_kv_float(int32_t type) { return type == LE_TYPE_F16 || type == LE_TYPE_F32; }
+
+/* GGML_F32_EPR at our level (the tiled path needs DV % EPR == 0); 0: no SIMD (x64). */
+static inline int fa_f32_epr(void) {
+  const int l = le_simd();
+  return l == LE_SIMD_AVX512 ? 16 : l == LE_SIMD_AVX2 ? 8 : l == LE_SIMD_NEON ? 4 : 0;
+}
+
+typedef struct fa_shape {
+  int64_t DK, DV, N, nek1, neq2, neq3;
+  int64_t rk2, rk3, rv2, rv3;
+  float scale, max_bias, m0, m1;
+  uint32_t n_head_log2;
+  int fused;
+} fa_shape;
+
+static inline fa_shape fa_shape_of(const le_node *n) {
+  const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
+  fa_shape s;
+  s.DK = k->ne[0], s.DV = v->ne[0], s.N = q->ne[1], s.nek1 = k->ne[1];
+  s.neq2 = q->ne[2], s.neq3 = q->ne[3];
+  s.rk2 = q->ne[2] / k->ne[2], s.rk3 = q->ne[3] / k->ne[3];
+  s.rv2 = q->ne[2] / v->ne[2], s.rv3 = q->ne[3] / v->ne[3];
+  s.scale = fa_param(n, 0), s.max_bias = fa_param(n, 1);
+  const uint32_t n_head = (uint32_t)q->ne[2];
+  s.n_head_log2 = 1u << (uint32_t)floor(log2((double)n_head));
+  s.m0 = powf(2.0f, -(s.max_bias) / s.n_head_log2);
+  s.m1 = powf(2.0f, -(s.max_bias / 2.0f) / s.n_head_log2);
+  s.fused = le_simd() != LE_SIMD_SCALAR;
+  return s;
+}
+
+static inline float fa_slope(const fa_shape *s, uint32_t h) {
+  if (!(s->max_bias > 0.0f)) return 1.0f;
+  return h < s->n_head_log2 ? powf(s->m0, h + 1) : powf(s->m1, 2 * (h - s->n_head_log2) + 1);
+}
+
+static inline const uint16_t *fa_mask_row(const le_node *n, int64_t iq1, int64_t iq2,
+                                          int64_t iq3) {
+  const le_tensor *m = n->n_src > 3 && n->src[3].data ? &n->src[3] : NULL;
+  return m ? (const uint16_t *)fa_at(m, iq1, iq2 % m->ne[2], iq3 % m->ne[3]) : NULL;
+}
+
+/* dst row of query (iq1, iq2, iq3): ggml's permute(0, 2, 1, 3) output. */
+static inline float *fa_dst_row(const le_node *n, int64_t iq1, int64_t iq2, int64_t iq3) {
+  const le_tensor *d = &n->dst;
+  return (float *)((char *)(uintptr_t)d->data +
+                   (iq3 * d->ne[2] * d->ne[1] + iq2 + iq1 * d->ne[1]) * d->nb[1]);
+}
+
+/* Whether the FMA levels' AVX2 bodies run (flash_attn.c's ggml_vec_* helpers). */
+static inline int fa_use_avx2(int fused) {
+#if defined(LE_X86)
+  return fused && (le_simd() == LE_SIMD_AVX2 || le_simd() == LE_SIMD_AVX512);
+#else
+  (void)fused;
+  return 0;
+#endif
+}
+
+static inline void fa_scale_f32(int64_t n, float *y, float v) {
+  for (int64_t i = 0; i < n; i++) y[i] *= v;
+}
+
 /* y = fp16(f32(y) * v) element by element (ggml_vec_scale_f16). */
 void le_fa_scale_f16(int64_t n, uint16_t *y, float v);
 
@@ -69,6 +156,10 @@ int le_fa32_ok(int64_t DK, int64_t DV, int64_t heads);
  * floats. */
 void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
                    const float *const *q, float *scores, float *const *pt);
+
+/* flash_attn_tiled.c: query rows [ir, ir + nr) of one head (consecutive
+ * tokens, nr <= 64) by ggml's tiled path. */
+void le_fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int64_t nr, float *work);
 
 #if defined(LE_X86)
 /* The tiled path's products of one query row, 8 lanes wide (flash_attn_x86.c). */
