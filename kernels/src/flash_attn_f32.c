@@ -3,17 +3,18 @@
  * flashAttnPrecision "f32"). ggml-cpu ignores that param and keeps its one
  * arithmetic (flash_attn.c: an online softmax cell by cell, V accumulated
  * in f16 and rounded at every cell); the default path here follows it bit
- * for bit. With the param set, the split-KV decode (one query row, F16 K
- * and V, nKv >= 512) takes this kernel instead, which is not llama.cpp's
- * order (kernels/PARITY.md section 31):
+ * for bit. With the param set, a decode step (one query row, F16 K and V)
+ * over 32 or more cells is split over the threads by cells and takes this
+ * kernel, at AVX-512 and AVX2, which is not llama.cpp's order
+ * (kernels/PARITY.md section 31). Per thread, over its chunk of cells:
  *
- * - per thread, over its chunk of cells and per K/V head, the kq dots of
- *   every query head that shares it (flash_attn.c's fa_split_dots, as the
- *   default path);
+ * - the kq dots with Q in f32: 16 cells (8 at AVX2) of a K head widened and
+ *   transposed once, then each query head of the group as one fma chain
+ *   over d (fa32_dots), cell blocks outer and K/V heads inner;
  * - an exact softmax over the chunk instead of an online one: the chunk's
- *   maximum first, then the exps and their sum in vectors;
+ *   maximum first, then the exps (ggml_v_expf) and their sum in vectors;
  * - V times the weights accumulated in f32 registers, each V row widened
- *   once for all the query heads of its group: no f16 round trip per cell
+ *   once for several query heads of its group: no f16 round trip per cell
  *   (in ggml's order each head's accumulation waits on one per cell).
  *
  * The chunks' partials (M, S, VKQ) are merged as in the default path. */
