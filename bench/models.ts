@@ -8,6 +8,7 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Ftype } from "../lib/quant/rules.ts";
+import { pathExists } from "../ffi/platform.ts";
 
 const DIR = fileURLToPath(new URL("../.cache/bench/", import.meta.url));
 const TOKENIZER = fileURLToPath(
@@ -41,7 +42,7 @@ export async function benchModel(shape: string): Promise<string> {
   const dims = BENCH_SHAPES[shape];
   if (!dims) throw new Error(`bench: no model shape '${shape}' (${Object.keys(BENCH_SHAPES)})`);
   const model = join(DIR, `random-${shape}-f16.gguf`);
-  if (exists(model)) return model;
+  if (pathExists(model)) return model;
   const { writeRandomLlama } = await import("../lib/model/random.ts");
   Deno.mkdirSync(DIR, { recursive: true });
   console.error(`bench: writing a random ${shape} llama to ${model} ...`);
@@ -58,18 +59,9 @@ export async function quantizedModel(
   const ftype = BENCH_TYPES[type];
   if (!ftype) throw new Error(`bench: no type '${type}' (${Object.keys(BENCH_TYPES)})`);
   const out = model.replace(/\.gguf$/, `-${type}.gguf`);
-  if (exists(out)) return out;
+  if (pathExists(out)) return out;
   const { loadOracle } = await import("../tests/oracle/oracle.ts");
   console.error(`bench: llama.cpp quantizes ${model} to ${type} ...`);
   (await loadOracle()).quantize(model, out, Ftype[ftype], threads);
   return out;
-}
-
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
-  }
 }

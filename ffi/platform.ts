@@ -71,3 +71,13 @@ export function fromFileUrl(url: URL | string): string {
   const win = (globalThis as { Deno?: { build: { os: string } } }).Deno?.build.os === "windows";
   return win ? path.replace(/^\/([A-Za-z]:)/, "$1").replaceAll("/", "\\") : path;
 }
+
+/** Whether anything is at `path` (a file, a folder, a link that resolves); false where it cannot be seen. */
+export function pathExists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}

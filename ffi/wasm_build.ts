@@ -9,6 +9,7 @@
  * @module
  */
 import { REPO_ROOT } from "./build.ts";
+import { pathExists } from "./platform.ts";
 
 /** The Debian packages the build needs. */
 export const WASM_PACKAGES = ["clang", "lld", "wasi-libc", "libclang-rt-14-dev-wasm32"] as const;
@@ -21,15 +22,6 @@ function runs(cmd: string, args: string[]): boolean {
     return new Deno.Command(cmd, { args, stdout: "null", stderr: "null" }).outputSync().success;
   } catch (e) {
     if (e instanceof Deno.errors.NotCapable) throw e;
-    return false;
-  }
-}
-
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
     return false;
   }
 }
@@ -50,7 +42,7 @@ export function wasmToolchain(
   if (!runs("make", ["--version"])) return need("make", "make");
   if (!runs(cc, ["--version"])) return need(cc, "clang");
   if (!runs("wasm-ld", ["--version"])) return need("wasm-ld", "lld");
-  if (!exists(`${sysroot}/lib/wasm32-wasi/libc.a`)) {
+  if (!pathExists(`${sysroot}/lib/wasm32-wasi/libc.a`)) {
     return need(`wasi-libc (${sysroot}/lib/wasm32-wasi/libc.a)`, "wasi-libc");
   }
   const rt = new Deno.Command(cc, {
@@ -59,7 +51,7 @@ export function wasmToolchain(
     stderr: "null",
   }).outputSync();
   const rtPath = new TextDecoder().decode(rt.stdout).trim();
-  if (!rt.success || !exists(rtPath)) {
+  if (!rt.success || !pathExists(rtPath)) {
     return need(`compiler-rt builtins for wasm32 (${rtPath})`, "libclang-rt-14-dev-wasm32");
   }
   return { ok: true };

@@ -44,7 +44,6 @@ LE_TARGET_AVX2 static void fa_mad_f32_avx2(int64_t n, float *y, const float *x, 
 }
 #endif
 
-
 void le_fa_scale_f16(int64_t n, uint16_t *y, float v) {
   for (int64_t i = 0; i < n; i++) y[i] = le_fp32_to_fp16(le_fp16_to_fp32(y[i]) * v);
 }
@@ -84,6 +83,7 @@ static size_t fa_partials_bytes(const le_node *n, int n_threads) {
 }
 
 static int fa_row_dots(const le_node *n);
+static int fa32_takes(const le_node *n);
 
 /* Floats of one thread's split-path scratch: four heads' VKQ16 (2 DV
  * floats; fa_rows_heads), then fa_split_dots's dots of a group of query
@@ -91,8 +91,7 @@ static int fa_row_dots(const le_node *n);
 static size_t fa_dots_floats(const le_node *n, int n_threads) {
   const int64_t DK = n->src[1].ne[0], DV = n->src[2].ne[0], nek1 = n->src[1].ne[1];
   /* the f32 kernel takes every head's scores at once */
-  const int64_t g = n->params[3] == LE_FA_PREC_F32 ? n->src[0].ne[2]
-                                                   : n->src[0].ne[2] / n->src[1].ne[2];
+  const int64_t g = fa32_takes(n) ? n->src[0].ne[2] : n->src[0].ne[2] / n->src[1].ne[2];
   /* a thread's chunk of the split path, or every cell (fa_row_dots) */
   const int64_t chunk = le_flash_attn_split(n) ? (nek1 + n_threads - 1) / n_threads : nek1;
   return (size_t)(2 * DV + g * chunk + (g * DK + 1) / 2 + 16);
@@ -373,16 +372,15 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
                                      ? le_fa_cells_f16_heads(s.DV, &gh)
                                      : NULL;
     const int grouped = heads && s.rk2 % gh == 0;
-    const int f32 = fa32_takes(n);
-    for (int64_t h = 0; h < s.neq2; h++) {
+    /* a thread past the cells: partials that add nothing; the f32 kernel:
+     * every head at once (flash_attn_f32.c) */
+    const int none = ic0 >= s.nek1, f32 = !none && fa32_takes(n);
+    if (f32) fa32_all(n, &s, ic0, ic1, dots, partials, nth, p->ith);
+    for (int64_t h = 0; h < s.neq2 && !f32; h++) {
       float *pt = partials + (h * nth + p->ith) * psize;
-      if (ic0 >= s.nek1) {
+      if (none) {
         pt[0] = -INFINITY;
         pt[1] = 0.0f;
-        continue;
-      }
-      if (f32) { /* every head at once (flash_attn_f32.c) */
-        if (h == 0) fa32_all(n, &s, ic0, ic1, dots, partials, nth, p->ith);
         continue;
       }
       if (rows && h % s.rk2 == 0) fa_split_dots(n, &s, rows, h, ic0, ic1, dots);

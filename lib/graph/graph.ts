@@ -24,7 +24,7 @@ import {
 
 export type { BufferRef, Dims } from "../ggml/memory.ts";
 export { Tensor } from "./tensor.ts";
-import { contiguousStrides, dims, GraphError, spanBytes, Tensor } from "./tensor.ts";
+import { contiguousStrides, dims, fullStrides, GraphError, spanBytes, Tensor } from "./tensor.ts";
 import type { FlashAttnOptions, RopeOptions, SoftMaxOptions } from "./op_options.ts";
 
 export type { FlashAttnOptions, RopeOptions, SoftMaxOptions } from "./op_options.ts";
@@ -584,18 +584,4 @@ export class Graph {
 /** The operands a backend sees of `t`: a cpy's or set_rows' last source is the node itself. */
 export function execSources(t: Tensor): readonly Tensor[] {
   return t.op === Op.CPY ? t.src.slice(0, 1) : t.op === Op.SET_ROWS ? t.src.slice(0, 2) : t.src;
-}
-
-// Strides for dims 1.. given (ggml view style); nb0 is the type size and
-// missing higher strides are packed after the last given one.
-function fullStrides(type: number, ne: Dims, given: readonly number[]): Dims {
-  const nb = contiguousStrides(type, ne);
-  if (given.length > 3) throw new GraphError(`at most 3 strides (dims 1..3), got ${given.length}`);
-  for (let i = 0; i < given.length; i++) {
-    const s = given[i];
-    if (!Number.isSafeInteger(s) || s < 0) throw new GraphError(`bad stride ${s}`);
-    nb[i + 1] = s;
-  }
-  for (let i = Math.max(2, given.length + 1); i < 4; i++) nb[i] = nb[i - 1] * ne[i - 1];
-  return nb;
 }

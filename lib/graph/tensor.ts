@@ -188,3 +188,19 @@ export function isContiguousN(t: { type: number; ne: Dims; nb: Dims }, n: number
   }
   return true;
 }
+
+/**
+ * Strides for dims 1.. given (ggml view style); nb0 is the type size and
+ * missing higher strides are packed after the last given one.
+ */
+export function fullStrides(type: number, ne: Dims, given: readonly number[]): Dims {
+  const nb = contiguousStrides(type, ne);
+  if (given.length > 3) throw new GraphError(`at most 3 strides (dims 1..3), got ${given.length}`);
+  for (let i = 0; i < given.length; i++) {
+    const s = given[i];
+    if (!Number.isSafeInteger(s) || s < 0) throw new GraphError(`bad stride ${s}`);
+    nb[i + 1] = s;
+  }
+  for (let i = Math.max(2, given.length + 1); i < 4; i++) nb[i] = nb[i - 1] * ne[i - 1];
+  return nb;
+}

@@ -15,7 +15,7 @@
  * @module
  */
 import type { Backend } from "../backend/types.ts";
-import { type KvCache, N_KV_PAD } from "../kv/cache.ts";
+import type { KvCache } from "../kv/cache.ts";
 import type { RecurrentMemory } from "../kv/recurrent.ts";
 import { attachToModel, type Model, type ModelUse } from "../model/model.ts";
 import { Decoder } from "./decoder.ts";
@@ -58,7 +58,7 @@ export type {
 } from "./options.ts";
 import { OptionChecker } from "../options.ts";
 import type { MemoryOps } from "./lease.ts";
-import type { Parts, Shape } from "./context_parts.ts";
+import { type Parts, resolveShape } from "./context_parts.ts";
 
 /** What a forgotten context's finalizer frees: nothing here refers to the context. */
 interface Leftovers {
@@ -193,39 +193,10 @@ export class Context implements Disposable, AsyncDisposable {
   static async create(model: Model, options: ContextOptions = {}): Promise<Context> {
     validateContextOptions(model.hparams, options);
     const hp = model.hparams;
-    const want = options.nCtx ?? Math.min(hp.nCtxTrain, 4096);
-    if (!Number.isInteger(want) || want <= 0) {
-      throw new ContextError(`nCtx must be a positive integer, got ${want}`);
-    }
-    const pad = (n: number) => Math.ceil(n / N_KV_PAD) * N_KV_PAD;
-    const nSeqMax = options.nSeqMax ?? 1;
-    // llama_context: n_ctx padded to 256; without a unified cache each
-    // sequence's stream gets n_ctx / n_seq_max cells, padded to 256 too.
-    let nCtx = pad(want);
-    const nCtxSeq = options.kvUnified === false ? pad(Math.floor(nCtx / nSeqMax)) : nCtx;
-    if (nCtxSeq === 0) throw new ContextError(`nCtx ${nCtx} gives no cells per sequence`);
-    if (options.kvUnified === false) nCtx = nCtxSeq * nSeqMax;
-    const nBatch = options.nBatch ?? 512;
-    const nUbatch = options.nUbatch ?? nBatch;
-    if (nUbatch > nBatch) {
-      throw new ContextError(`nUbatch ${nUbatch} exceeds nBatch ${nBatch}`);
-    }
+    const o = resolveShape(model, options);
     const choice = backendChoice(options, model.file.native);
-    const o: Shape = {
-      nCtx,
-      nBatch,
-      nUbatch,
-      nSeqMax,
-      nCtxSeq,
-      embeddings: (options.embeddings ?? false) || model.arch.output === "embeddings",
-      threads: options.threads,
-      kvType: options.kvType ?? "f16",
-      flashAttn: options.flashAttn ?? false,
-      flashAttnF32: options.flashAttnPrecision === "f32",
-      kvStreamGaps: options.kvStreamGaps ?? false,
-    };
     const id = nextId++;
-    const label = `Context #${id} (nCtx ${nCtx}, ${choiceLabel(choice)})`;
+    const label = `Context #${id} (nCtx ${o.nCtx}, ${choiceLabel(choice)})`;
     // Freed in reverse order if any step below throws.
     using stack = new DisposableStack();
     const creating = {}; // stands for the context in the model's list until it exists

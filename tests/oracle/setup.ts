@@ -13,6 +13,7 @@
  */
 import { join } from "node:path";
 import { fileURLToPath as fromFileUrl } from "node:url";
+import { pathExists } from "../../ffi/platform.ts";
 
 /** Version of node-llama-cpp whose prebuilt llama.cpp is the oracle. */
 export const ORACLE_NPM_VERSION = "3.22.1";
@@ -33,22 +34,14 @@ async function run(cmd: string, args: string[], cwd?: string): Promise<void> {
   }
 }
 
-function exists(p: string): boolean {
-  try {
-    Deno.statSync(p);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 function mtime(p: string): number {
   return Deno.statSync(p).mtime?.getTime() ?? 0;
 }
 
 async function fetchPackages(): Promise<void> {
   if (
-    exists(join(ORACLE_BIN, "libllama.v0.5.0.so")) && exists(join(ORACLE_DIR, "src", "include"))
+    pathExists(join(ORACLE_BIN, "libllama.v0.5.0.so")) &&
+    pathExists(join(ORACLE_DIR, "src", "include"))
   ) {
     return;
   }
@@ -85,7 +78,7 @@ async function fetchPackages(): Promise<void> {
     "gitRelease.bundle",
   );
   const src = join(ORACLE_DIR, "src");
-  if (exists(src)) Deno.removeSync(src, { recursive: true });
+  if (pathExists(src)) Deno.removeSync(src, { recursive: true });
   await run("git", ["clone", "--quiet", bundle, src]);
   Deno.removeSync(tmp, { recursive: true });
 }
@@ -96,7 +89,7 @@ async function buildShim(): Promise<void> {
     join(here, e.name)
   ).sort();
   const inputs = [...sources, fromFileUrl(import.meta.url)]; // this file holds the flags
-  if (exists(ORACLE_LIB) && inputs.every((s) => mtime(s) <= mtime(ORACLE_LIB))) return;
+  if (pathExists(ORACLE_LIB) && inputs.every((s) => mtime(s) <= mtime(ORACLE_LIB))) return;
   const src = join(ORACLE_DIR, "src");
   await run("cc", [
     "-shared",
