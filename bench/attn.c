@@ -70,7 +70,14 @@ int main(int argc, char **argv) {
   srand(1);
   for (int64_t i = 0; i < (int64_t)LAYERS * NH * HD; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
   for (int l = 0; l < LAYERS; l++) {
-    uint16_t *k = le_alloc(kbytes, 64), *v = le_alloc(kbytes, 64);
+    /* One block for every layer's K and V, as the engine's KV cache (huge
+     * pages where the kernel gives them: core.c's le_alloc). */
+    static uint16_t *kv;
+    if (!kv) kv = le_alloc(2 * kbytes * (size_t)LAYERS, 64);
+    /* ATTN_SHARED=1: every layer reads layer 0's K and V, which stay in
+     * cache: the kernel's arithmetic alone, against memory's share. */
+    const int shared = getenv("ATTN_SHARED") && atoi(getenv("ATTN_SHARED"));
+    uint16_t *k = kv + kbytes * (size_t)(shared ? 0 : l), *v = k + kbytes / 2;
     for (size_t i = 0; i < kbytes / 2; i++) {
       k[i] = half((float)rand() / RAND_MAX - 0.5f);
       v[i] = half((float)rand() / RAND_MAX - 0.5f);

@@ -8,14 +8,18 @@
  * kernel, at AVX-512 and AVX2, which is not llama.cpp's order
  * (kernels/PARITY.md section 31). Per thread, over its chunk of cells:
  *
- * - the kq dots with Q in f32: 16 cells (8 at AVX2) of a K head widened and
- *   transposed once, then each query head of the group as one fma chain
+ * - the kq dots with Q in f32: 16 cells (8 at AVX2) of a K head transposed
+ *   and widened once, then each query head of the group as one fma chain
  *   over d (fa32_dots), cell blocks outer and K/V heads inner;
  * - an exact softmax over the chunk instead of an online one: the chunk's
  *   maximum first, then the exps (ggml_v_expf) and their sum in vectors;
  * - V times the weights accumulated in f32 registers, each V row widened
  *   once for several query heads of its group: no f16 round trip per cell
  *   (in ggml's order each head's accumulation waits on one per cell).
+ *
+ * Both passes prefetch ahead in software, a line every few fmas (fa32_pf):
+ * the cache is read one head at a time, 128 B of each 512 B cell, which the
+ * hardware prefetcher does not follow.
  *
  * The chunks' partials (M, S, VKQ) are merged as in the default path. */
 #include "flash_attn.h"
@@ -26,6 +30,35 @@
 /* Cells per block of the V pass: every K/V head's rows of a block (32 KiB
  * at 64 cells of 4 heads of 64) are taken while they are in L1/L2. */
 #define FA32_VBLOCK 64
+/* How far ahead the V pass prefetches, in cells. */
+#define FA32_VAHEAD 32
+
+/* Software prefetch spread through a compute loop, one line per step: the
+ * next block's K (or V a few cells on) arrives while this one is computed.
+ * Measured on Zen 4 at depth 2048 (44 MB of K and V, out of cache): the
+ * head-strided reads (16 cells of 128 B, 512 B apart) are not followed by
+ * the hardware prefetcher, so each burst waited on memory and a thread
+ * read ~4 GB/s; a burst of prefetches at the block's start was no better
+ * (it stalls on the miss buffers), one line per few fmas hides the memory. */
+typedef struct {
+  const char *p; /* the current row */
+  size_t st;     /* bytes from row to row */
+  int per;       /* lines per row */
+  int line;      /* the next line of the current row */
+  int left;      /* lines still to prefetch */
+} fa32_pf;
+
+static inline fa32_pf fa32_pf_rows(const char *p, size_t st, int64_t row_bytes, int64_t rows) {
+  const int per = (int)((row_bytes + 63) / 64);
+  return (fa32_pf){.p = p, .st = st, .per = per, .line = 0, .left = rows > 0 ? (int)rows * per : 0};
+}
+
+static inline __attribute__((always_inline)) void fa32_pf_next(fa32_pf *f) {
+  if (f->left <= 0) return;
+  _mm_prefetch(f->p + (size_t)f->line * 64, _MM_HINT_T0);
+  f->left--;
+  if (++f->line == f->per) f->line = 0, f->p += f->st;
+}
 
 /* s[c] = dots[c] * scale + slope * mask[c] for c < n, in place; returns
  * the maximum (-inf when every cell is masked). */
@@ -52,18 +85,18 @@ LE_TARGET_AVX512 static float fa32_scores(const le_fa_row *r, int64_t ic0, float
  * the 16 cells' dots as one fma chain over d, the query element broadcast:
  * no horizontal sums, and the block is shared by every head of the group. */
 LE_TARGET_AVX512 static void fa32_dots(int64_t DK, const char *kb, size_t kst, int m, int nh,
-                                       const float *const *q, float *const *s) {
+                                       const float *const *q, float *const *s, fa32_pf *pf) {
   float Kt[256 * 16] __attribute__((aligned(64)));
   for (int64_t d0 = 0; d0 < DK; d0 += 16) {
-    __m512 r[16];
+    __m256i r[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
-      r[i] = i < m ? _mm512_cvtph_ps(_mm256_loadu_si256(
-                         (const __m256i *)(const void *)(kb + (size_t)i * kst + d0 * 2)))
-                   : _mm512_setzero_ps();
-    transpose16(r);
+      r[i] = i < m ? _mm256_loadu_si256(
+                         (const __m256i *)(const void *)(kb + (size_t)i * kst + d0 * 2))
+                   : _mm256_setzero_si256();
+    transpose16_epi16(r); /* as halves: half the shuffle work of widening first */
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) _mm512_store_ps(Kt + (d0 + i) * 16, r[i]);
+    for (int i = 0; i < 16; i++) _mm512_store_ps(Kt + (d0 + i) * 16, _mm512_cvtph_ps(r[i]));
   }
   const __mmask16 k = (__mmask16)((1u << m) - 1);
   int j = 0;
@@ -72,6 +105,7 @@ LE_TARGET_AVX512 static void fa32_dots(int64_t DK, const char *kb, size_t kst, i
 #pragma GCC unroll 8
     for (int t = 0; t < 8; t++) a[t] = _mm512_setzero_ps();
     for (int64_t d = 0; d < DK; d++) {
+      if (!(d & 1)) fa32_pf_next(pf); /* DK / 2 steps: 16 rows of DK / 32 lines */
       const __m512 kt = _mm512_load_ps(Kt + d * 16);
 #pragma GCC unroll 8
       for (int t = 0; t < 8; t++) a[t] = _mm512_fmadd_ps(_mm512_set1_ps(q[j + t][d]), kt, a[t]);
@@ -81,8 +115,10 @@ LE_TARGET_AVX512 static void fa32_dots(int64_t DK, const char *kb, size_t kst, i
   }
   for (; j < nh; j++) {
     __m512 a = _mm512_setzero_ps();
-    for (int64_t d = 0; d < DK; d++)
+    for (int64_t d = 0; d < DK; d++) {
+      if (!(d & 1)) fa32_pf_next(pf);
       a = _mm512_fmadd_ps(_mm512_set1_ps(q[j][d]), _mm512_load_ps(Kt + d * 16), a);
+    }
     _mm512_mask_storeu_ps(s[j], k, a);
   }
 }
@@ -94,7 +130,7 @@ LE_TARGET_AVX512 static void fa32_dots(int64_t DK, const char *kb, size_t kst, i
  * would not be 0 (without, the caller saw no zero weight). */
 LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
 fa32_vacc(const int NV, const int NH, const int CHECK, const char *vb, size_t vst, int64_t n,
-          const float *const *p, float *const *out) {
+          int64_t ahead, const float *const *p, float *const *out) {
   __m512 acc[8][8];
 #pragma GCC unroll 8
   for (int j = 0; j < NH; j++)
@@ -108,6 +144,10 @@ fa32_vacc(const int NV, const int NH, const int CHECK, const char *vb, size_t vs
       if (!live) continue;
     }
     const uint16_t *x = (const uint16_t *)(const void *)(vb + (size_t)c * vst);
+    if (c + FA32_VAHEAD < ahead) /* the row FA32_VAHEAD cells on: NV / 2 lines */
+#pragma GCC unroll 4
+      for (int k = 0; k < NV; k += 2)
+        _mm_prefetch((const char *)(x + 16 * k) + FA32_VAHEAD * vst, _MM_HINT_T0);
     __m512 v[8];
 #pragma GCC unroll 8
     for (int k = 0; k < NV; k++)
@@ -127,9 +167,9 @@ fa32_vacc(const int NV, const int NH, const int CHECK, const char *vb, size_t vs
 
 #define FA32_VACC(name, NV, NH)                                                                \
   LE_TARGET_AVX512 static void name(int check, const char *vb, size_t vst, int64_t n,          \
-                                    const float *const *p, float *const *out) {                \
-    if (check) fa32_vacc(NV, NH, 1, vb, vst, n, p, out);                                       \
-    else fa32_vacc(NV, NH, 0, vb, vst, n, p, out);                                             \
+                                    int64_t ahead, const float *const *p, float *const *out) { \
+    if (check) fa32_vacc(NV, NH, 1, vb, vst, n, ahead, p, out);                                \
+    else fa32_vacc(NV, NH, 0, vb, vst, n, ahead, p, out);                                      \
   }
 FA32_VACC(fa32_vacc_d32x8, 2, 8)
 FA32_VACC(fa32_vacc_d32x1, 2, 1)
@@ -181,7 +221,7 @@ LE_TARGET_AVX2 static float fa32_scores_avx2(const le_fa_row *r, int64_t ic0, fl
 
 /* fa32_dots at AVX2: the block of up to 16 cells as two of 8. */
 LE_TARGET_AVX2 static void fa32_dots_avx2(int64_t DK, const char *kb, size_t kst, int m, int nh,
-                                          const float *const *q, float *const *s) {
+                                          const float *const *q, float *const *s, fa32_pf *pf) {
   float Kt[256 * 8] __attribute__((aligned(32)));
   for (int c0 = 0; c0 < m; c0 += 8) {
     const int mm = LE_MIN(8, m - c0);
@@ -204,13 +244,16 @@ LE_TARGET_AVX2 static void fa32_dots_avx2(int64_t DK, const char *kb, size_t kst
       for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_ps();
       if (nt == 8) {
         for (int64_t d = 0; d < DK; d++) {
+          if (!(d & 3)) fa32_pf_next(pf); /* DK / 4 steps: 8 rows of DK / 32 lines */
           const __m256 kt = _mm256_load_ps(Kt + d * 8);
 #pragma GCC unroll 8
           for (int t = 0; t < 8; t++) a[t] = _mm256_fmadd_ps(_mm256_set1_ps(q[j + t][d]), kt, a[t]);
         }
       } else {
-        for (int64_t d = 0; d < DK; d++)
+        for (int64_t d = 0; d < DK; d++) {
+          if (!(d & 3)) fa32_pf_next(pf);
           a[0] = _mm256_fmadd_ps(_mm256_set1_ps(q[j][d]), _mm256_load_ps(Kt + d * 8), a[0]);
+        }
       }
       for (int t = 0; t < nt; t++) {
         if (mm == 8) {
@@ -229,7 +272,7 @@ LE_TARGET_AVX2 static void fa32_dots_avx2(int64_t DK, const char *kb, size_t kst
  * heads (1 or 2) per pass: 8 accumulators and the V slice's 4. */
 LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
 fa32_vacc_avx2(const int NH, const int CHECK, const char *vb, size_t vst, int64_t n, int64_t d0,
-               const float *const *p, float *const *out) {
+               int64_t ahead, const float *const *p, float *const *out) {
   __m256 acc[2][4];
 #pragma GCC unroll 2
   for (int j = 0; j < NH; j++)
@@ -238,6 +281,7 @@ fa32_vacc_avx2(const int NH, const int CHECK, const char *vb, size_t vst, int64_
   for (int64_t c = 0; c < n; c++) {
     if (CHECK && p[0][c] == 0.0f && (NH == 1 || p[1][c] == 0.0f)) continue;
     const uint16_t *x = (const uint16_t *)(const void *)(vb + (size_t)c * vst) + d0;
+    if (c + FA32_VAHEAD < ahead) _mm_prefetch((const char *)x + FA32_VAHEAD * vst, _MM_HINT_T0);
     __m256 v[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
@@ -256,14 +300,16 @@ fa32_vacc_avx2(const int NH, const int CHECK, const char *vb, size_t vst, int64_
 }
 
 LE_TARGET_AVX2 static void fa32_vacc_avx2_x2(int check, const char *vb, size_t vst, int64_t n,
-                                             int64_t d0, const float *const *p, float *const *out) {
-  if (check) fa32_vacc_avx2(2, 1, vb, vst, n, d0, p, out);
-  else fa32_vacc_avx2(2, 0, vb, vst, n, d0, p, out);
+                                             int64_t d0, int64_t ahead, const float *const *p,
+                                             float *const *out) {
+  if (check) fa32_vacc_avx2(2, 1, vb, vst, n, d0, ahead, p, out);
+  else fa32_vacc_avx2(2, 0, vb, vst, n, d0, ahead, p, out);
 }
 LE_TARGET_AVX2 static void fa32_vacc_avx2_x1(int check, const char *vb, size_t vst, int64_t n,
-                                             int64_t d0, const float *const *p, float *const *out) {
-  if (check) fa32_vacc_avx2(1, 1, vb, vst, n, d0, p, out);
-  else fa32_vacc_avx2(1, 0, vb, vst, n, d0, p, out);
+                                             int64_t d0, int64_t ahead, const float *const *p,
+                                             float *const *out) {
+  if (check) fa32_vacc_avx2(1, 1, vb, vst, n, d0, ahead, p, out);
+  else fa32_vacc_avx2(1, 0, vb, vst, n, d0, ahead, p, out);
 }
 
 /* Whether any of p[j][0..m) (j < nh) is 0, scalar (any level). */
@@ -281,9 +327,10 @@ int le_fa32_ok(int64_t DK, int64_t DV, int64_t heads) {
 }
 
 /* V pass of one K/V head's query heads r[0..nh) over cells [c0, c0 + m)
- * of the chunk (weights p[j] + c0). */
+ * of the chunk (weights p[j] + c0); the first pass over the rows
+ * prefetches those up to `ahead` cells from c0 (the chunk's end). */
 static void fa32_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int64_t m,
-                        const float *const *p, float *const *out) {
+                        int64_t ahead, const float *const *p, float *const *out) {
   const int64_t DV = r[0].DV;
   const char *vb = r[0].vb + (ic0 + c0) * r[0].vst;
   const float *pc[LE_FA32_MAX_HEADS];
@@ -292,8 +339,10 @@ static void fa32_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int
     const int check = fa32_any_zero_scalar(pc, nh, m);
     for (int64_t d0 = 0; d0 < DV; d0 += 32) {
       int j = 0;
-      for (; j + 2 <= nh; j += 2) fa32_vacc_avx2_x2(check, vb, r[0].vst, m, d0, pc + j, out + j);
-      for (; j < nh; j++) fa32_vacc_avx2_x1(check, vb, r[0].vst, m, d0, pc + j, out + j);
+      for (; j + 2 <= nh; j += 2)
+        fa32_vacc_avx2_x2(check, vb, r[0].vst, m, d0, j ? 0 : ahead, pc + j, out + j);
+      for (; j < nh; j++)
+        fa32_vacc_avx2_x1(check, vb, r[0].vst, m, d0, j ? 0 : ahead, pc + j, out + j);
     }
     return;
   }
@@ -301,14 +350,16 @@ static void fa32_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int
   const int g = DV == 32 ? 8 : DV == 64 ? 4 : 2, check = fa32_any_zero(pc, nh, m);
   int j = 0;
   for (; j + g <= nh; j += g) {
-    if (DV == 32) fa32_vacc_d32x8(check, vb, r[0].vst, m, pc + j, out + j);
-    else if (DV == 64) fa32_vacc_d64x4(check, vb, r[0].vst, m, pc + j, out + j);
-    else fa32_vacc_d128x2(check, vb, r[0].vst, m, pc + j, out + j);
+    const int64_t a = j ? 0 : ahead;
+    if (DV == 32) fa32_vacc_d32x8(check, vb, r[0].vst, m, a, pc + j, out + j);
+    else if (DV == 64) fa32_vacc_d64x4(check, vb, r[0].vst, m, a, pc + j, out + j);
+    else fa32_vacc_d128x2(check, vb, r[0].vst, m, a, pc + j, out + j);
   }
   for (; j < nh; j++) {
-    if (DV == 32) fa32_vacc_d32x1(check, vb, r[0].vst, m, pc + j, out + j);
-    else if (DV == 64) fa32_vacc_d64x1(check, vb, r[0].vst, m, pc + j, out + j);
-    else fa32_vacc_d128x1(check, vb, r[0].vst, m, pc + j, out + j);
+    const int64_t a = j ? 0 : ahead;
+    if (DV == 32) fa32_vacc_d32x1(check, vb, r[0].vst, m, a, pc + j, out + j);
+    else if (DV == 64) fa32_vacc_d64x1(check, vb, r[0].vst, m, a, pc + j, out + j);
+    else fa32_vacc_d128x1(check, vb, r[0].vst, m, a, pc + j, out + j);
   }
 }
 
@@ -319,17 +370,18 @@ void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
   float *s[LE_FA32_MAX_HEADS], *out[LE_FA32_MAX_HEADS];
   for (int j = 0; j < nh; j++) s[j] = scores + j * nc, out[j] = pt[j] + 2;
   /* Cell blocks outer, K/V heads inner: a block's rows of every head are
-   * contiguous in the cache, so memory is read in order. (Neither this nor
-   * software prefetch changed the time at depth 2048 on Zen 4: the loads
-   * still wait on memory, at ~8 GB/s of K and V with 2 threads.) */
+   * contiguous in the cache, so memory is read in order; each head's dots
+   * prefetch its rows of the next block (fa32_pf). */
   for (int64_t c0 = 0; c0 < nc; c0 += 16) {
     const int m = (int)LE_MIN(16, nc - c0);
     float *sc[LE_FA32_MAX_HEADS];
     for (int j = 0; j < nh; j++) sc[j] = s[j] + c0;
     for (int h = 0; h < nh; h += g) {
       const char *kb = r[h].kb + (ic0 + c0) * r[h].kst;
-      if (avx2) fa32_dots_avx2(r[h].DK, kb, r[h].kst, m, g, q + h, sc + h);
-      else fa32_dots(r[h].DK, kb, r[h].kst, m, g, q + h, sc + h);
+      fa32_pf pf =
+          fa32_pf_rows(kb + 16 * r[h].kst, r[h].kst, r[h].DK * 2, LE_MIN(16, nc - c0 - 16));
+      if (avx2) fa32_dots_avx2(r[h].DK, kb, r[h].kst, m, g, q + h, sc + h, &pf);
+      else fa32_dots(r[h].DK, kb, r[h].kst, m, g, q + h, sc + h, &pf);
     }
   }
   for (int j = 0; j < nh; j++) {
@@ -346,7 +398,7 @@ void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
   for (int64_t c0 = 0; c0 < nc; c0 += FA32_VBLOCK) {
     const int64_t m = LE_MIN((int64_t)FA32_VBLOCK, nc - c0);
     for (int h = 0; h < nh; h += g)
-      fa32_vblock(r + h, g, ic0, c0, m, (const float *const *)(s + h), out + h);
+      fa32_vblock(r + h, g, ic0, c0, m, nc - c0, (const float *const *)(s + h), out + h);
   }
 }
 #else

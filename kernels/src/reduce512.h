@@ -60,6 +60,37 @@ LE_TARGET_AVX512 static inline __attribute__((always_inline)) void transpose16(_
   }
 }
 
+/* In place: r[c] element j = r[j] element c, for a 16 x 16 block of 16-bit
+ * values (halves before they are widened: 256-bit shuffles, which Zen 4
+ * issues at twice the rate of transpose16's 512-bit ones). */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void transpose16_epi16(__m256i r[16]) {
+  __m256i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) { /* 128-bit lane L: rows i, i+1 interleaved, columns 8L.. */
+    t[i] = _mm256_unpacklo_epi16(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi16(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) { /* rows i..i+3, two columns per lane */
+    r[i] = _mm256_unpacklo_epi32(t[i], t[i + 2]);
+    r[i + 1] = _mm256_unpackhi_epi32(t[i], t[i + 2]);
+    r[i + 2] = _mm256_unpacklo_epi32(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm256_unpackhi_epi32(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 16; i += 8) /* rows i..i+7, one column per lane */
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+      t[i + 2 * c] = _mm256_unpacklo_epi64(r[i + c], r[i + 4 + c]);
+      t[i + 2 * c + 1] = _mm256_unpackhi_epi64(r[i + c], r[i + 4 + c]);
+    }
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; c++) { /* rows 0..7 | 8..15 */
+    r[c] = _mm256_permute2x128_si256(t[c], t[8 + c], 0x20);
+    r[8 + c] = _mm256_permute2x128_si256(t[c], t[8 + c], 0x31);
+  }
+}
+
 /* In place: r[c] lane j = r[j] lane c, for an 8 x 8 block of floats. */
 LE_TARGET_AVX2 static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
   __m256 t[8], u[8];
