@@ -8,6 +8,36 @@
 #include "reduce512.h"
 
 #if defined(LE_X86)
+/* The rows of the next group, where the rows are strided (a K cache viewed
+ * per head: 128 B of each 512 B cell): row j of it, `lines` cache lines,
+ * prefetched while row j of this group is computed. The hardware prefetcher
+ * does not follow such reads, and a decode step at depth waited on memory
+ * for each group (bench/attn.c, Zen 4, 1.1B shape at depth 2048); spread
+ * one row per row computed, the next group is in cache when it starts. */
+typedef struct {
+  const char *p; /* the next group's first row, or NULL: nothing to prefetch */
+  size_t bx;     /* bytes from row to row */
+  int rows;      /* rows of the next group */
+  int lines;     /* cache lines per row */
+} rows_pf;
+
+static inline __attribute__((always_inline)) void rows_pf_row(const rows_pf *f, int j) {
+  if (!f->p || j >= f->rows) return;
+  for (int l = 0; l < f->lines; l++) _mm_prefetch(f->p + (size_t)j * f->bx + (size_t)l * 64, _MM_HINT_T0);
+}
+
+/* The prefetch of rows [r0 + g, r0 + 2g) of nrows rows of n halves bx
+ * apart, where they are strided. */
+static inline rows_pf rows_pf_next(const void *vx, size_t bx, int64_t n, int64_t nrows, int64_t r0,
+                                   int g) {
+  const int64_t next = r0 + g;
+  if (bx <= (size_t)n * 2 || next >= nrows) return (rows_pf){0};
+  return (rows_pf){.p = (const char *)vx + (size_t)next * bx,
+                   .bx = bx,
+                   .rows = (int)LE_MIN((int64_t)g, nrows - next),
+                   .lines = (int)((n * 2 + 63) / 64)};
+}
+
 /* dot_f16_avx512 of 16 rows x (xr[j]) with ny (1 or 4) y each, into
  * s[k][j] for j < nr. Each row's vector part is its own chain (y widened
  * once into yf when given: exact); the 16 rows' final reductions run as
@@ -19,13 +49,14 @@
  * latency-bound chain per dot. */
 LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
 rows16_f16_avx512(const int ny, int64_t n, int nr, const uint16_t *const xr[16],
-                  const uint16_t *const *y, const float *yf, float *const *s) {
+                  const uint16_t *const *y, const float *yf, float *const *s, const rows_pf *pf) {
   const int64_t np = n & ~(int64_t)63;
   float red[4][16] = {{0}};
   if (np) {
     __m512 acc[4][16];
     for (int j = 0; j < 16; j++) {
       const uint16_t *x = xr[j];
+      rows_pf_row(pf, j);
       __m512 a[4][4];
 #pragma GCC unroll 4
       for (int k = 0; k < ny; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm512_setzero_ps();
@@ -85,13 +116,15 @@ rows16_f16_avx512(const int ny, int64_t n, int nr, const uint16_t *const xr[16],
  * output; the general loop's per-row setup and y loads made it ~17% slower
  * (bench/attn.c, Zen 4, one thread). */
 LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
-rows16_f16_d64x4_avx512(int nr, const uint16_t *const xr[16], const float *yf, float *const *s) {
+rows16_f16_d64x4_avx512(int nr, const uint16_t *const xr[16], const float *yf, float *const *s,
+                        const rows_pf *pf) {
   __m512 y[4][4], acc[4][16];
   for (int k = 0; k < 4; k++)
     for (int q = 0; q < 4; q++) y[k][q] = _mm512_loadu_ps(yf + 64 * k + 16 * q);
   const __m512 z = _mm512_setzero_ps();
 #pragma GCC unroll 16
   for (int j = 0; j < 16; j++) {
+    rows_pf_row(pf, j);
 #define LD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
     const __m512 x0 = LD(xr[j]), x1 = LD(xr[j] + 16), x2 = LD(xr[j] + 32), x3 = LD(xr[j] + 48);
 #undef LD
@@ -128,9 +161,10 @@ LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const voi
       xr[j] = (const uint16_t *)((const char *)vx + (size_t)(r0 + LE_MIN(j, nr - 1)) * bx);
     float *o[4];
     for (int k = 0; k < ny; k++) o[k] = s[k] + r0;
-    if (ny == 4 && n == 64 && wide) rows16_f16_d64x4_avx512(nr, xr, yf, o);
-    else if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, wide ? yf : NULL, o);
-    else rows16_f16_avx512(1, n, nr, xr, y, wide ? yf : NULL, o);
+    const rows_pf pf = rows_pf_next(vx, bx, n, nrows, r0, 16);
+    if (ny == 4 && n == 64 && wide) rows16_f16_d64x4_avx512(nr, xr, yf, o, &pf);
+    else if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, wide ? yf : NULL, o, &pf);
+    else rows16_f16_avx512(1, n, nr, xr, y, wide ? yf : NULL, o, &pf);
   }
 }
 
@@ -159,13 +193,14 @@ LE_TARGET_AVX2 static inline __attribute__((always_inline)) __m256 reduce8(const
  * lane-parallel in double (rows 0-3 and 4-7 in two vectors). */
 LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
 rows8_f16_avx2(const int ny, int64_t n, int nr, const uint16_t *const xr[8],
-               const uint16_t *const *y, const float *yf, float *const *s) {
+               const uint16_t *const *y, const float *yf, float *const *s, const rows_pf *pf) {
   const int64_t np = n & ~(int64_t)31;
   float red[2][8] = {{0}};
   if (np) {
     __m256 acc[2][8];
     for (int j = 0; j < 8; j++) {
       const uint16_t *x = xr[j];
+      rows_pf_row(pf, j);
       __m256 a[2][4];
 #pragma GCC unroll 2
       for (int k = 0; k < ny; k++) a[k][0] = a[k][1] = a[k][2] = a[k][3] = _mm256_setzero_ps();
@@ -238,8 +273,10 @@ LE_TARGET_AVX2 static void rows_f16_avx2(int64_t n, int64_t nrows, const void *v
       const int nk = LE_MIN(2, ny - k0);
       float *o[2] = {s[k0] + r0, nk > 1 ? s[k0 + 1] + r0 : NULL};
       const float *yk = wide ? yf + k0 * n : NULL;
-      if (nk == 2) rows8_f16_avx2(2, n, nr, xr, y + k0, yk, o);
-      else rows8_f16_avx2(1, n, nr, xr, y + k0, yk, o);
+      /* the next group's rows once, with the first pair of y */
+      const rows_pf pf = k0 ? (rows_pf){0} : rows_pf_next(vx, bx, n, nrows, r0, 8);
+      if (nk == 2) rows8_f16_avx2(2, n, nr, xr, y + k0, yk, o, &pf);
+      else rows8_f16_avx2(1, n, nr, xr, y + k0, yk, o, &pf);
     }
   }
 }
