@@ -23,7 +23,8 @@ typedef struct {
 
 static inline __attribute__((always_inline)) void rows_pf_row(const rows_pf *f, int j) {
   if (!f->p || j >= f->rows) return;
-  for (int l = 0; l < f->lines; l++) _mm_prefetch(f->p + (size_t)j * f->bx + (size_t)l * 64, _MM_HINT_T0);
+  const char *row = f->p + (size_t)j * f->bx;
+  for (int l = 0; l < f->lines; l++) _mm_prefetch(row + (size_t)l * 64, _MM_HINT_T0);
 }
 
 /* The prefetch of rows [r0 + g, r0 + 2g) of nrows rows of n halves bx
