@@ -8,6 +8,9 @@
  *     -Lbuild -lllm_edge -Wl,-rpath,$PWD/build -o /tmp/attn
  *   /tmp/attn [depth=2048] [threads=2] [reps=50] [layers=22] [fa|fa32|unfused] [avx2]
  *
+ * ATTN_Q8=1: K and V in Q8_0 (fa, fa32); ATTN_SHARED=1: every layer on
+ * layer 0's cache (in cache: the arithmetic alone).
+ *
  * `fa32` is `fa` with the node's precision GGML_PREC_F32 (flash_attn_f32.c).
  * `avx2` runs the AVX2 kernels (le_set_simd_level) on an AVX-512 CPU.
  * For an A/B, run the binary with LD_LIBRARY_PATH (or LD_PRELOAD) pointing
@@ -41,7 +44,7 @@ static uint16_t half(float f) { /* small normal values only */
 
 static le_tensor tensor(int32_t type, int64_t ne0, int64_t ne1, int64_t ne2, int64_t nb1,
                         int64_t nb2, const void *data) {
-  const int64_t es = type == 1 ? 2 : 4;
+  const int64_t es = type == 1 ? 2 : type == 8 ? 34 : 4; /* Q8_0: bytes per block */
   le_tensor t = {.type = type, .ne = {ne0, ne1, ne2, 1}, .nb = {es, nb1, nb2, nb2 * ne2}};
   t.data = (uint64_t)(uintptr_t)data;
   return t;
@@ -60,8 +63,11 @@ int main(int argc, char **argv) {
   const int fa32 = argc > 5 && !strcmp(argv[5], "fa32");
   const int fa = fa32 || (argc > 5 && !strcmp(argv[5], "fa"));
   if (argc > 6 && !strcmp(argv[6], "avx2")) le_set_simd_level(1);
+  /* ATTN_Q8=1: a Q8_0 cache (flash attention only) */
+  const int q8 = fa && getenv("ATTN_Q8") && atoi(getenv("ATTN_Q8"));
   const int64_t cells = (D + 255) / 256 * 256; /* the cache's size, padded */
-  const size_t kbytes = (size_t)cells * NKV * HD * 2;
+  const int64_t head_bytes = q8 ? HD / 32 * 34 : HD * 2, kvt = q8 ? 8 : 1;
+  const size_t kbytes = (size_t)cells * NKV * head_bytes;
   le_node *nodes = calloc(3 * LAYERS, sizeof(le_node));
   float *q = le_alloc((size_t)LAYERS * NH * HD * 4, 64);
   float *kq = le_alloc((size_t)LAYERS * NH * D * 4, 64);
@@ -77,10 +83,20 @@ int main(int argc, char **argv) {
     /* ATTN_SHARED=1: every layer reads layer 0's K and V, which stay in
      * cache: the kernel's arithmetic alone, against memory's share. */
     const int shared = getenv("ATTN_SHARED") && atoi(getenv("ATTN_SHARED"));
-    uint16_t *k = kv + kbytes * (size_t)(shared ? 0 : l), *v = k + kbytes / 2;
-    for (size_t i = 0; i < kbytes / 2; i++) {
-      k[i] = half((float)rand() / RAND_MAX - 0.5f);
-      v[i] = half((float)rand() / RAND_MAX - 0.5f);
+    uint16_t *k = (uint16_t *)(void *)((char *)kv + 2 * kbytes * (size_t)(shared ? 0 : l));
+    uint16_t *v = (uint16_t *)(void *)((char *)k + kbytes);
+    if (q8) { /* blocks of a scale of 1/256, then 32 random bytes */
+      uint8_t *kb = (uint8_t *)k, *vb = (uint8_t *)v;
+      for (size_t i = 0; i < kbytes; i++) {
+        const int at = (int)(i % 34);
+        kb[i] = at == 0 ? 0 : at == 1 ? 0x1c : (uint8_t)rand();
+        vb[i] = at == 0 ? 0 : at == 1 ? 0x1c : (uint8_t)rand();
+      }
+    } else {
+      for (size_t i = 0; i < kbytes / 2; i++) {
+        k[i] = half((float)rand() / RAND_MAX - 0.5f);
+        v[i] = half((float)rand() / RAND_MAX - 0.5f);
+      }
     }
     le_node *n = nodes + (fa ? 1 : 3) * l;
     float *ql = q + (size_t)l * NH * HD, *kql = kq + (size_t)l * NH * D;
@@ -88,8 +104,8 @@ int main(int argc, char **argv) {
     if (fa) { /* softmax(q k * scale + mask) v: dst [HD, NH, 1] */
       n[0].op = LE_OP_FLASH_ATTN_EXT, n[0].n_src = 4;
       n[0].src[0] = tensor(0, HD, 1, NH, HD * 4, HD * 4, ql);
-      n[0].src[1] = tensor(1, HD, D, NKV, NKV * HD * 2, HD * 2, k);
-      n[0].src[2] = tensor(1, HD, D, NKV, NKV * HD * 2, HD * 2, v);
+      n[0].src[1] = tensor(kvt, HD, D, NKV, NKV * head_bytes, head_bytes, k);
+      n[0].src[2] = tensor(kvt, HD, D, NKV, NKV * head_bytes, head_bytes, v);
       n[0].src[3] = tensor(1, D, 1, 1, D * 2, D * 2, mask);
       n[0].dst = tensor(0, HD, NH, 1, HD * 4, HD * NH * 4, kqvl);
       const float scale = 0.125f;
@@ -126,7 +142,7 @@ int main(int argc, char **argv) {
     if (r >= 0) t[r] = now() - t0;
   }
   qsort(t, (size_t)reps, sizeof(double), cmp);
-  const double bytes = (double)LAYERS * 2 * D * NKV * HD * 2;
+  const double bytes = (double)LAYERS * 2 * D * NKV * head_bytes;
   printf("%sdepth %lld threads %d: %.3f ms/token (min %.3f), %.1f GB/s of K and V\n", fa32 ? "fa32 " : fa ? "fa " : "", (long long)D,
          threads, t[reps / 2] * 1e3, t[0] * 1e3, bytes / t[reps / 2] / 1e9);
   le_ctx_free(ctx);

@@ -5,7 +5,8 @@
  * medians are compared.
  *
  *   deno task bench [--model FILE | --shape 125m|1.1b] [--threads T] [-p 512] [-n 128]
- *     [--depth 0] [--reps 3] [--types q8_0,q4_0,...] [--flash-attn [--fa-f32]] [--json]
+ *     [--depth 0] [--reps 3] [--types q8_0,q4_0,...] [--flash-attn [--fa-f32]]
+ *     [--cache-type f16|f32|q8_0] [--json]
  *     [--no-tokenizer]
  *     [--no-sampling]
  *
@@ -30,6 +31,7 @@
  * @module
  */
 import { flag, runCommand, UsageError } from "../lib/cli/args.ts";
+import { cacheTypeFlag } from "../lib/cli/common_flags.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { type Bandwidth, measureBandwidth, type TgBound, tgBound } from "./bandwidth.ts";
@@ -88,6 +90,7 @@ async function runChild(engine: string, s: Spec): Promise<ChildResult> {
       "1",
       ...(s.flashAttn ? ["--flash-attn"] : []),
       ...(s.faF32 ? ["--fa-f32"] : []),
+      ...(s.cacheType ? ["--cache-type", s.cacheType] : []),
     ],
     stdout: "piped",
     stderr: "inherit",
@@ -160,7 +163,8 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
 function printFile(f: FileResult): void {
   const name = f.model.split("/").pop()!;
   const at = (f.depth ? ` depth=${f.depth}` : "") + (f.flashAttn ? " flash-attn" : "") +
-    (f.faF32 ? " (ours: f32 precision)" : "");
+    (f.faF32 ? " (ours: f32 precision)" : "") +
+    (f.cacheType && f.cacheType !== "f16" ? ` cache=${f.cacheType}` : "");
   const variant = f.llamaVariant ? `  llama.cpp cpu variant: ${f.llamaVariant}` : "";
   console.log(`\n${name}  threads=${f.threads}${at}  reps=${f.reps} (medians, ±spread)${variant}`);
   console.log(
@@ -253,6 +257,7 @@ const SPEC = {
     "fa-f32": flag.boolean({
       description: "ours with flashAttnPrecision f32 (needs --flash-attn; llama.cpp unchanged)",
     }),
+    "cache-type": cacheTypeFlag(),
     reps: flag.int({ min: 1, default: 3, description: "repetitions per engine (medians kept)" }),
     types: flag.string({
       value: "LIST",
@@ -279,6 +284,9 @@ export function main(args: string[]): Promise<number> {
     }
     if (a.child && !a.model) throw new UsageError("--child needs --model");
     if (a["fa-f32"] && !a["flash-attn"]) throw new UsageError("--fa-f32 needs --flash-attn");
+    if (a["cache-type"] === "q8_0" && !a["flash-attn"]) {
+      throw new UsageError("--cache-type q8_0 needs --flash-attn");
+    }
     if (a.model && a.shape !== "125m") {
       throw new UsageError("--shape and --model exclude each other");
     }
@@ -301,6 +309,7 @@ async function run(
     "no-sampling": boolean;
     "flash-attn": boolean;
     "fa-f32": boolean;
+    "cache-type": "f16" | "f32" | "q8_0";
   },
   types: string[],
 ): Promise<number> {
@@ -316,6 +325,7 @@ async function run(
       depth,
       flashAttn: a["flash-attn"],
       faF32: a["fa-f32"],
+      cacheType: a["cache-type"],
     };
     const r = a.child === "llm-edge" ? await childOurs(spec, reps) : await childLlama(spec, reps);
     console.log(JSON.stringify(r));
@@ -342,7 +352,16 @@ async function run(
   const files: FileResult[] = [];
   const bench = async (m: string) => {
     const f = await benchFile(
-      { model: m, threads, pp, tg, depth, flashAttn: a["flash-attn"], faF32: a["fa-f32"] },
+      {
+        model: m,
+        threads,
+        pp,
+        tg,
+        depth,
+        flashAttn: a["flash-attn"],
+        faF32: a["fa-f32"],
+        cacheType: a["cache-type"],
+      },
       reps,
       json,
     );

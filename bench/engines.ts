@@ -20,7 +20,12 @@ export interface Spec {
   flashAttn: boolean;
   /** Ours with flashAttnPrecision "f32" (llama.cpp keeps its arithmetic). */
   faF32?: boolean;
+  /** KV cache type of both engines (default f16; q8_0 needs flashAttn). */
+  cacheType?: "f16" | "f32" | "q8_0";
 }
+
+/** ggml type ids of the cache types, for llama.cpp's type_k and type_v. */
+const GGML_CACHE_TYPE = { f32: 0, f16: 1, q8_0: 8 } as const;
 
 /** Result of one engine's child run. */
 export interface ChildResult {
@@ -109,6 +114,7 @@ export async function childOurs(s: Spec, reps: number, nGpuLayers = 0): Promise<
     threads: s.threads,
     flashAttn: s.flashAttn,
     ...(s.faF32 ? { flashAttnPrecision: "f32" as const } : {}),
+    ...(s.cacheType ? { kvType: s.cacheType } : {}),
     ...(nGpuLayers ? { nGpuLayers } : {}),
   });
   const loadMs = performance.now() - t0;
@@ -133,12 +139,16 @@ export async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
   const t0 = performance.now();
   using m = oracle.load(s.model);
   const opts = { nCtx: contextSize(s), nBatch: s.pp, threads: s.threads };
-  // The one-sequence context is llama.cpp's unfused path; flash attention
-  // needs the batch oracle's (one sequence there too).
-  using ctx = s.flashAttn
+  // The one-sequence context is llama.cpp's unfused path with an F16
+  // cache; flash attention and other cache types need the batch oracle's
+  // (one sequence there too).
+  const type = GGML_CACHE_TYPE[s.cacheType ?? "f16"];
+  using ctx = s.flashAttn || type !== GGML_CACHE_TYPE.f16
     ? await (await import("../tests/oracle/oracle_batch.ts")).OracleBatchContext.create(m, {
       ...opts,
-      flashAttn: true,
+      flashAttn: s.flashAttn,
+      typeK: type,
+      typeV: type,
     })
     : m.context(opts);
   const loadMs = performance.now() - t0;

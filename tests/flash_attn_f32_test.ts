@@ -140,23 +140,162 @@ for (const { level, name, has, kernel } of LEVELS) {
   });
 }
 
+// Over a Q8_0 cache (flash_attn_q8.c): at AVX-512 with VNNI only; the
+// query is ggml's Q8_0 in both (the reference rounds it so too), so what
+// is left between them is the f32 order of adding, held to the same 1e-6.
+// ggml's own Q8_0 path accumulates V in f32 as well, so its error is of the
+// same order: the kernel must differ from its bits (it ran) and be no
+// worse. Elsewhere, the default path's bits.
+const { Q8_0 } = GGMLType;
+const Q8_CASES: FaCase[] = [
+  {
+    ...base,
+    kvType: Q8_0,
+    name: "q8_0 heads 32/4 of 64",
+    d: 64,
+    nHead: 32,
+    nHeadKv: 4,
+    nKv: 1024,
+    threads: 2,
+  },
+  {
+    ...base,
+    kvType: Q8_0,
+    name: "q8_0 heads 8/2 of 128",
+    d: 128,
+    nHead: 8,
+    nHeadKv: 2,
+    nKv: 700,
+    threads: 3,
+  },
+  {
+    ...base,
+    kvType: Q8_0,
+    name: "q8_0 heads 8/4 of 32, sparse",
+    d: 32,
+    nHead: 8,
+    nHeadKv: 4,
+    nKv: 600,
+    mask: "sparse",
+    threads: 2,
+  },
+  {
+    ...base,
+    kvType: Q8_0,
+    name: "q8_0 ALiBi",
+    d: 64,
+    nHead: 8,
+    nHeadKv: 1,
+    nKv: 520,
+    threads: 2,
+    maxBias: 8,
+  },
+  {
+    ...base,
+    kvType: Q8_0,
+    name: "q8_0 40 cells",
+    d: 32,
+    nHead: 8,
+    nHeadKv: 4,
+    nKv: 40,
+    threads: 2,
+  },
+  // a prompt's rows: over a Q8_0 cache (no tiled path) one at a time, each
+  // over the cells its causal mask leaves, one with fewer cells than threads
+  {
+    ...base,
+    kvType: Q8_0,
+    name: "q8_0 9 rows, causal",
+    d: 64,
+    nHead: 8,
+    nHeadKv: 2,
+    nKv: 300,
+    n: 9,
+    threads: 3,
+  },
+  {
+    ...base,
+    kvType: Q8_0,
+    name: "q8_0 5 rows, short",
+    d: 32,
+    nHead: 8,
+    nHeadKv: 4,
+    nKv: 36,
+    n: 5,
+    threads: 4,
+    mask: "sparse",
+  },
+];
+const vnni = (() => {
+  try {
+    return / avx512_vnni( |$)/m.test(Deno.readTextFileSync("/proc/cpuinfo"));
+  } catch {
+    return false;
+  }
+})();
+
+for (const { level, name, has } of LEVELS) {
+  const kernel = level === SimdLevel.AVX512 && vnni;
+  Deno.test({
+    name: (kernel
+      ? `flash_attn_ext f32 over Q8_0: the ${name} VNNI kernel agrees with float64`
+      : `flash_attn_ext f32 over Q8_0: at ${name}${
+        level === SimdLevel.AVX512 ? " without VNNI" : ""
+      } the default path's bits`) + (has ? "" : ` [skipped: no ${name} on this CPU]`),
+    ignore: !has,
+    fn: async () => {
+      try {
+        assert.equal(lib.symbols.le_set_simd_level(level), level);
+        const ref = new ReferenceBackend();
+        for (const c of Q8_CASES) {
+          using cpu = new CpuBackend({ threads: c.threads, library: lib });
+          const o = operands(c);
+          const f32 = await ours(cpu, o, true);
+          const def = await ours(cpu, o, false);
+          if (!kernel) {
+            assert.deepEqual(new Uint32Array(f32.buffer), new Uint32Array(def.buffer), c.name);
+            continue;
+          }
+          const want = await ours(ref, o, true);
+          const [e32, eDef] = [maxErr(f32, want), maxErr(def, want)];
+          console.log(`${c.name}: f32 ${e32.toExponential(1)}, default ${eDef.toExponential(1)}`);
+          assert.ok(e32 <= 1e-6, `${c.name}: f32 error ${e32}`);
+          assert.ok(e32 <= eDef, `${c.name}: f32 error ${e32}, default's ${eDef}`);
+          assert.notDeepEqual(new Uint32Array(f32.buffer), new Uint32Array(def.buffer), c.name);
+        }
+      } finally {
+        lib.symbols.le_set_simd_level(oracleLevel);
+      }
+    },
+  });
+}
+
 // tolstoy-6m (heads of 32, 8 query heads over 4 K/V heads) after a
 // 700-token prompt, so that every decode step is split KV over >= 512
 // cells, with flashAttnPrecision "f32" against llama.cpp's flash attention
 // (its f16 V accumulator): the same token at every step before llama.cpp's
 // first near-tie, and logits within a bound that only the two accumulators'
-// difference explains (kernels/PARITY.md section 31).
+// difference explains (kernels/PARITY.md section 31). Over a Q8_0 cache
+// (section 32) both sides quantize q alike and accumulate V in f32: only
+// the order of adding is left, and the same bound holds.
 const LOGIT_TOL = 0.05;
-Deno.test("flashAttnPrecision f32: tolstoy-6m at depth 700 against llama.cpp's flash attention", async () => {
+async function atDepth(kvType: "f16" | "q8_0", ran: boolean): Promise<void> {
   const oracle = await loadOracle();
   const opts = { nCtx: 1024, nBatch: 256, threads: 2 };
+  const type = kvType === "f16" ? 1 : 8; // ggml type ids
   using om = oracle.load(TOLSTOY_F16);
-  using oc = await OracleBatchContext.create(om, { ...opts, typeK: 1, typeV: 1, flashAttn: true });
+  using oc = await OracleBatchContext.create(om, {
+    ...opts,
+    typeK: type,
+    typeV: type,
+    flashAttn: true,
+  });
   using model = await Model.load(TOLSTOY_F16);
   using ctx = await Context.create(model, {
     ...opts,
     flashAttn: true,
     flashAttnPrecision: "f32",
+    kvType,
   });
   const r = mulberry32(7);
   const prompt = Array.from({ length: 700 }, () => 3 + Math.floor(r() * (om.nVocab - 3)));
@@ -188,8 +327,18 @@ Deno.test("flashAttnPrecision f32: tolstoy-6m at depth 700 against llama.cpp's f
     worst = Math.max(worst, maxAbsDiff(o, t));
     await both([tok], true);
   }
-  console.log(`f32 vs llama.cpp at depth 700: logits max |diff| ${worst.toExponential(2)}`);
+  console.log(
+    `f32 (${kvType} cache) vs llama.cpp at depth 700: logits max |diff| ${worst.toExponential(2)}`,
+  );
   assert.ok(worst <= LOGIT_TOL, `logits differ by ${worst}`);
-  // not llama.cpp's bits: the f32 kernel ran (AVX2 and AVX-512 have one)
-  if (features & 3) assert.ok(worst > 0, "bit-identical logits: the f32 kernel did not run");
+  // not llama.cpp's bits where the f32 kernel runs
+  if (ran) assert.ok(worst > 0, "bit-identical logits: the f32 kernel did not run");
+}
+
+Deno.test("flashAttnPrecision f32: tolstoy-6m at depth 700 against llama.cpp's flash attention", async () => {
+  await atDepth("f16", (features & 3) !== 0); // AVX2 and AVX-512 have the kernel
+});
+
+Deno.test("flashAttnPrecision f32 over a Q8_0 cache: tolstoy-6m at depth 700 against llama.cpp", async () => {
+  await atDepth("q8_0", oracleLevel === SimdLevel.AVX512 && vnni);
 });

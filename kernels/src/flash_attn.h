@@ -157,6 +157,53 @@ int le_fa32_ok(int64_t DK, int64_t DV, int64_t heads);
 void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
                    const float *const *q, float *scores, float *const *pt);
 
+/* flash_attn_f32.c's last steps, shared with flash_attn_q8.c: each head's
+ * scores s[j] (nc cells from ic0) scaled, masked and exponentiated in place
+ * (the chunk's maximum and sum into pt[j][0..1]), and its VKQ zeroed. */
+void le_fa32_softmax(const le_fa_row *r, int nh, int64_t ic0, int64_t nc, float *const *s,
+                     float *const *pt);
+/* Whether any of p[j][0..m) (j < nh) is 0 (AVX-512). */
+int le_fa32_any_zero(const float *const *p, int nh, int64_t m);
+
+/* flash_attn_q8.c: le_fa32_heads over a Q8_0 cache (K and V), at AVX-512
+ * with VNNI; le_fa32_q8_ok says where. qq: room for nh query heads of
+ * LE_FA32_Q8_HEAD_BYTES, 4-byte aligned. */
+#define LE_FA32_Q8_HEAD_BYTES 320
+int le_fa32_q8_ok(int64_t DK, int64_t DV, int64_t heads);
+void le_fa32_q8_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
+                      const float *const *q, float *scores, void *qq, float *const *pt);
+
+#if defined(LE_X86)
+/* Software prefetch spread through a compute loop, one line per step: the
+ * next block's K (or V a few cells on) arrives while this one is computed.
+ * Measured on Zen 4 at depth 2048 (44 MB of K and V, out of cache): the
+ * head-strided reads (16 cells of 128 B, 512 B apart) are not followed by
+ * the hardware prefetcher, so each burst waited on memory and a thread
+ * read ~4 GB/s; a burst of prefetches at the block's start was no better
+ * (it stalls on the miss buffers), one line per few fmas hides the memory. */
+typedef struct {
+  const char *p; /* the current row */
+  size_t st;     /* bytes from row to row */
+  int per;       /* lines per row */
+  int line;      /* the next line of the current row */
+  int left;      /* lines still to prefetch */
+} fa32_pf;
+
+static inline fa32_pf fa32_pf_rows(const char *p, size_t st, int64_t row_bytes, int64_t rows) {
+  /* a row that is not a whole number of lines may straddle one more */
+  const int per = (int)((row_bytes + 63) / 64) + (row_bytes % 64 != 0);
+  return (fa32_pf){.p = p, .st = st, .per = per, .line = 0, .left = rows > 0 ? (int)rows * per : 0};
+}
+
+static inline __attribute__((always_inline)) void fa32_pf_next(fa32_pf *f) {
+  if (f->left <= 0) return;
+  _mm_prefetch(f->p + (size_t)f->line * 64, _MM_HINT_T0);
+  f->left--;
+  if (++f->line == f->per) f->line = 0, f->p += f->st;
+}
+
+#endif
+
 /* flash_attn_tiled.c: query rows [ir, ir + nr) of one head (consecutive
  * tokens, nr <= 64) by ggml's tiled path. */
 void le_fa_tiled_block(const le_node *n, const fa_shape *s, int64_t ir, int64_t nr, float *work);

@@ -33,33 +33,6 @@
 /* How far ahead the V pass prefetches, in cells. */
 #define FA32_VAHEAD 32
 
-/* Software prefetch spread through a compute loop, one line per step: the
- * next block's K (or V a few cells on) arrives while this one is computed.
- * Measured on Zen 4 at depth 2048 (44 MB of K and V, out of cache): the
- * head-strided reads (16 cells of 128 B, 512 B apart) are not followed by
- * the hardware prefetcher, so each burst waited on memory and a thread
- * read ~4 GB/s; a burst of prefetches at the block's start was no better
- * (it stalls on the miss buffers), one line per few fmas hides the memory. */
-typedef struct {
-  const char *p; /* the current row */
-  size_t st;     /* bytes from row to row */
-  int per;       /* lines per row */
-  int line;      /* the next line of the current row */
-  int left;      /* lines still to prefetch */
-} fa32_pf;
-
-static inline fa32_pf fa32_pf_rows(const char *p, size_t st, int64_t row_bytes, int64_t rows) {
-  const int per = (int)((row_bytes + 63) / 64);
-  return (fa32_pf){.p = p, .st = st, .per = per, .line = 0, .left = rows > 0 ? (int)rows * per : 0};
-}
-
-static inline __attribute__((always_inline)) void fa32_pf_next(fa32_pf *f) {
-  if (f->left <= 0) return;
-  _mm_prefetch(f->p + (size_t)f->line * 64, _MM_HINT_T0);
-  f->left--;
-  if (++f->line == f->per) f->line = 0, f->p += f->st;
-}
-
 /* s[c] = dots[c] * scale + slope * mask[c] for c < n, in place; returns
  * the maximum (-inf when every cell is masked). */
 LE_TARGET_AVX512 static float fa32_scores(const le_fa_row *r, int64_t ic0, float *s, int64_t n) {
@@ -179,8 +152,7 @@ FA32_VACC(fa32_vacc_d128x2, 8, 2)
 FA32_VACC(fa32_vacc_d128x1, 8, 1)
 #undef FA32_VACC
 
-/* Whether any of p[j][0..m) (j < nh) is 0. */
-LE_TARGET_AVX512 static int fa32_any_zero(const float *const *p, int nh, int64_t m) {
+LE_TARGET_AVX512 int le_fa32_any_zero(const float *const *p, int nh, int64_t m) {
   for (int j = 0; j < nh; j++)
     for (int64_t c = 0; c < m; c += 16) {
       const __mmask16 k = (__mmask16)((1u << LE_MIN(16, m - c)) - 1);
@@ -347,7 +319,7 @@ static void fa32_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int
     return;
   }
   /* heads per pass: 16 accumulators */
-  const int g = DV == 32 ? 8 : DV == 64 ? 4 : 2, check = fa32_any_zero(pc, nh, m);
+  const int g = DV == 32 ? 8 : DV == 64 ? 4 : 2, check = le_fa32_any_zero(pc, nh, m);
   int j = 0;
   for (; j + g <= nh; j += g) {
     const int64_t a = j ? 0 : ahead;
@@ -363,9 +335,26 @@ static void fa32_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int
   }
 }
 
+void le_fa32_softmax(const le_fa_row *r, int nh, int64_t ic0, int64_t nc, float *const *s,
+                     float *const *pt) {
+  const int avx2 = le_simd() == LE_SIMD_AVX2;
+  for (int j = 0; j < nh; j++) {
+    const float M =
+        avx2 ? fa32_scores_avx2(&r[j], ic0, s[j], nc) : fa32_scores(&r[j], ic0, s[j], nc);
+    pt[j][0] = M;
+    if (M == -INFINITY) { /* every cell masked: a partial that adds nothing */
+      pt[j][1] = 0.0f;
+      memset(s[j], 0, (size_t)nc * 4);
+    } else {
+      pt[j][1] = (float)le_vec_soft_max_f32(nc, s[j], s[j], M); /* exps in place, their sum */
+    }
+    memset(pt[j] + 2, 0, (size_t)r[j].DV * 4);
+  }
+}
+
 void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
                    const float *const *q, float *scores, float *const *pt) {
-  const int64_t nc = ic1 - ic0, DV = r[0].DV;
+  const int64_t nc = ic1 - ic0;
   const int avx2 = le_simd() == LE_SIMD_AVX2;
   float *s[LE_FA32_MAX_HEADS], *out[LE_FA32_MAX_HEADS];
   for (int j = 0; j < nh; j++) s[j] = scores + j * nc, out[j] = pt[j] + 2;
@@ -384,17 +373,7 @@ void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
       else fa32_dots(r[h].DK, kb, r[h].kst, m, g, q + h, sc + h, &pf);
     }
   }
-  for (int j = 0; j < nh; j++) {
-    const float M = avx2 ? fa32_scores_avx2(&r[j], ic0, s[j], nc) : fa32_scores(&r[j], ic0, s[j], nc);
-    pt[j][0] = M;
-    if (M == -INFINITY) { /* every cell masked: a partial that adds nothing */
-      pt[j][1] = 0.0f;
-      memset(s[j], 0, (size_t)nc * 4);
-    } else {
-      pt[j][1] = (float)le_vec_soft_max_f32(nc, s[j], s[j], M); /* exps in place, their sum */
-    }
-    memset(out[j], 0, (size_t)DV * 4);
-  }
+  le_fa32_softmax(r, nh, ic0, nc, s, pt);
   for (int64_t c0 = 0; c0 < nc; c0 += FA32_VBLOCK) {
     const int64_t m = LE_MIN((int64_t)FA32_VBLOCK, nc - c0);
     for (int h = 0; h < nh; h += g)

@@ -296,7 +296,8 @@ function concat(n: ExecNode): void {
  * ggml_flash_attn_ext: per query row, softmax(q·k * scale + slope * mask) v
  * in float64, with q rounded to K's vec_dot type first as ggml does (its
  * online softmax and f16/f32 accumulators are accumulation order only),
- * except at GGML_PREC_F32, where our CPU kernel keeps q in f32.
+ * except at GGML_PREC_F32 over a float K, where our CPU kernel keeps q in
+ * f32 (over a Q8_0 K it takes ggml's Q8_0 q for its int8 dots).
  */
 function flashAttnExt(n: ExecNode): void {
   const [q, k, v, m] = n.src, d = n.dst;
@@ -312,7 +313,9 @@ function flashAttnExt(n: ExecNode): void {
   forRows(q, (i1, i2, i3) => {
     const slope = maxBias > 0 ? (i2 < log2 ? m0 ** (i2 + 1) : m1 ** (2 * (i2 - log2) + 1)) : 1;
     readRow(q, i1, i2, i3, qr);
-    if (n.params[FlashAttnParam.PREC] !== GGMLPrec.F32) roundActivations(vdt, qr);
+    if (n.params[FlashAttnParam.PREC] !== GGMLPrec.F32 || k.type === Q8_0) {
+      roundActivations(vdt, qr);
+    }
     if (m && mask) readRow(m, i1, i2 % m.ne[2], i3 % m.ne[3], mask);
     const ik2 = Math.floor(i2 / (q.ne[2] / k.ne[2])), ik3 = Math.floor(i3 / (q.ne[3] / k.ne[3]));
     const iv2 = Math.floor(i2 / (q.ne[2] / v.ne[2])), iv3 = Math.floor(i3 / (q.ne[3] / v.ne[3]));

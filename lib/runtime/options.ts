@@ -96,8 +96,10 @@ export interface ContextOptions {
    * more cells take a kernel that accumulates in f32 in its own order —
    * faster (2-5x for the attention of a 1.1B model on Zen 4, from 32 to 2048
    * cells), and no longer llama.cpp's bits
-   * (kernels/PARITY.md section 31; where no such kernel exists for the CPU
-   * or the head size, the default arithmetic runs). Needs
+   * (kernels/PARITY.md section 31). Over a `kvType: "q8_0"` cache the
+   * kernel takes int8 dot products at AVX-512 with VNNI (section 32). Where
+   * no such kernel exists for the CPU, the cache type or the head size, the
+   * default arithmetic runs. Needs
    * {@link ContextOptions.flashAttn}. Default "default".
    *
    * @example A long chat, decoded faster at depth
