@@ -236,6 +236,41 @@ const CASES: FaCase[] = [
     mask: "causal",
     threads: 3,
   },
+  // a K/V head's query heads together over a Q8_0 V (fa_cells_q8_heads at
+  // AVX-512: four of 64, two of 128), with a leftover head alone
+  {
+    name: "decode q8_0, heads 8/2 of 64",
+    d: 64,
+    n: 1,
+    nHead: 8,
+    nHeadKv: 2,
+    nKv: 700,
+    kvType: Q8_0,
+    mask: "sparse",
+    threads: 3,
+  },
+  {
+    name: "rows q8_0, heads 8/2 of 64, 9 tokens",
+    d: 64,
+    n: 9,
+    nHead: 8,
+    nHeadKv: 2,
+    nKv: 400,
+    kvType: Q8_0,
+    mask: "causal",
+    threads: 3,
+  },
+  {
+    name: "decode q8_0, heads 6/3 of 128",
+    d: 128,
+    n: 1,
+    nHead: 6,
+    nHeadKv: 3,
+    nKv: 300,
+    kvType: Q8_0,
+    mask: "causal",
+    threads: 2,
+  },
 ];
 
 function firstDiff(got: Float32Array, want: Float32Array): string {

@@ -132,6 +132,12 @@ typedef void (*le_fa_heads_fn)(const le_fa_row *r, int64_t ic0, int64_t ic1,
                                uint16_t *const *VKQ16, float *pS, float *pM);
 le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh);
 
+/* The same over a Q8_0 V head with f32 accumulators VKQ32[h] (ggml's one-row
+ * path over a quantized V), the dots by each row's kq_dot. */
+typedef void (*le_fa_heads32_fn)(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                 float *const *VKQ32, float *pS, float *pM);
+le_fa_heads32_fn le_fa_cells_q8_heads(int64_t DV, int *nh);
+
 /* The tiled path's products for query rows rows[0..n) of a tile of 64
  * cells, four rows at a time (flash_attn_x86.c; 0: not done, take them
  * one by one): KQ[t][tk] = fma chain over dk of Kt[dk][tk] * Q[t][dk] from

@@ -319,6 +319,89 @@ LE_TARGET_AVX512 static void fa_cells_f16_heads2(const le_fa_row *r, int64_t ic0
   fa_cells_heads(8, 2, r, ic0, ic1, VKQ16, pS, pM);
 }
 
+/* The cells of NH query heads that share one Q8_0 V head, with ggml's f32
+ * accumulator (VKQ32) held in registers: each block's scalar steps per head
+ * (fa_block_steps), then per cell its V row dequantized once (d times each
+ * int8, exact, as dequantize_row_q8_0) and, per head, the one-cell
+ * operations: VKQ32 * ms where the maximum rose (vec_scale_f32), then
+ * fma(v, vs, VKQ32) (vec_mad_f32's fused lanes). Before, each head took
+ * every cell alone: a dequantization, a scale and a mad through memory. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+fa_cells_heads_q8(const int NV, const int NH, const le_fa_row *r, int64_t ic0, int64_t ic1,
+                  float *const *VKQ32, float *pS, float *pM) {
+  __m512 acc[4][8];
+  float S[4], M[4];
+  const fa_vexpf_fn vexpf = le_vexpf_ok() ? le_vexpf_avx512 : NULL;
+#pragma GCC unroll 4
+  for (int h = 0; h < NH; h++) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; j++) acc[h][j] = _mm512_loadu_ps(VKQ32[h] + 16 * j);
+    S[h] = pS[h], M[h] = pM[h];
+  }
+  for (int64_t c0 = ic0; c0 < ic1; c0 += FA_CELL_BLOCK) {
+    const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
+    float vsb[4][FA_CELL_BLOCK], msb[4][FA_CELL_BLOCK];
+    uint8_t use[4][FA_CELL_BLOCK];
+    for (int c = 0; c < nc; c++)
+      for (int64_t o = 0; o < NV / 2 * 34; o += 64)
+        __builtin_prefetch(r[0].vb + (c0 + c) * r[0].vst + o, 0, 3);
+    for (int h = 0; h < NH; h++)
+      fa_block_steps(&r[h], c0, nc, vexpf, &M[h], &S[h], use[h], msb[h], vsb[h]);
+    for (int c = 0; c < nc; c++) {
+      int live = 0;
+#pragma GCC unroll 4
+      for (int h = 0; h < NH; h++) live |= use[h][c];
+      if (!live) continue; /* masked for every head: its V is not read */
+      const char *x = r[0].vb + (c0 + c) * r[0].vst;
+      __m512 v[8];
+#pragma GCC unroll 4
+      for (int b = 0; b < NV / 2; b++) {
+        uint16_t dh;
+        memcpy(&dh, x + 34 * b, 2);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
+#pragma GCC unroll 2
+        for (int t = 0; t < 2; t++) {
+          const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(x + 34 * b + 2 + 16 * t));
+          v[2 * b + t] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+        }
+      }
+#pragma GCC unroll 4
+      for (int h = 0; h < NH; h++) {
+        if (!use[h][c]) continue;
+        if (use[h][c] == 2) {
+          const __m512 m = _mm512_set1_ps(msb[h][c]);
+#pragma GCC unroll 8
+          for (int j = 0; j < NV; j++) acc[h][j] = _mm512_mul_ps(acc[h][j], m);
+        }
+        const __m512 w = _mm512_set1_ps(vsb[h][c]);
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; j++) acc[h][j] = _mm512_fmadd_ps(v[j], w, acc[h][j]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < NH; h++) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; j++) _mm512_storeu_ps(VKQ32[h] + 16 * j, acc[h][j]);
+    pS[h] = S[h], pM[h] = M[h];
+  }
+}
+
+LE_TARGET_AVX512 static void fa_cells_q8_heads4(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                                float *const *VKQ32, float *pS, float *pM) {
+  fa_cells_heads_q8(4, 4, r, ic0, ic1, VKQ32, pS, pM);
+}
+LE_TARGET_AVX512 static void fa_cells_q8_heads2(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                                float *const *VKQ32, float *pS, float *pM) {
+  fa_cells_heads_q8(8, 2, r, ic0, ic1, VKQ32, pS, pM);
+}
+
+le_fa_heads32_fn le_fa_cells_q8_heads(int64_t DV, int *nh) {
+  if (le_simd() == LE_SIMD_AVX512 && DV == 64) return *nh = 4, fa_cells_q8_heads4;
+  if (le_simd() == LE_SIMD_AVX512 && DV == 128) return *nh = 2, fa_cells_q8_heads2;
+  return NULL;
+}
+
 le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh) {
   if (le_simd() == LE_SIMD_AVX512 && DV == 64) return *nh = 4, fa_cells_f16_heads4;
   if (le_simd() == LE_SIMD_AVX512 && DV == 128) return *nh = 2, fa_cells_f16_heads2;
@@ -337,6 +420,10 @@ le_fa_cells_fn le_fa_cells_f16(int64_t DV) {
   return NULL;
 }
 le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh) {
+  (void)DV, (void)nh;
+  return NULL;
+}
+le_fa_heads32_fn le_fa_cells_q8_heads(int64_t DV, int *nh) {
   (void)DV, (void)nh;
   return NULL;
 }
