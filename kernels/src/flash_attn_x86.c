@@ -361,7 +361,8 @@ fa_cells_heads_q8(const int NV, const int NH, const le_fa_row *r, int64_t ic0, i
         const __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
 #pragma GCC unroll 2
         for (int t = 0; t < 2; t++) {
-          const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(x + 34 * b + 2 + 16 * t));
+          const char *qs = x + 34 * b + 2 + 16 * t;
+          const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)qs);
           v[2 * b + t] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
         }
       }
