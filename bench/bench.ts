@@ -316,17 +316,19 @@ async function run(
   const { pp, tg, depth, reps, json } = a;
   const { physicalCores } = await import("../lib/backend/cpu.ts");
   const threads = a.threads ?? physicalCores();
+  // one configuration for both engines, on each file
+  const specOf = (model: string): Spec => ({
+    model,
+    threads,
+    pp,
+    tg,
+    depth,
+    flashAttn: a["flash-attn"],
+    faF32: a["fa-f32"],
+    cacheType: a["cache-type"],
+  });
   if (a.child) {
-    const spec = {
-      model: a.model!,
-      threads,
-      pp,
-      tg,
-      depth,
-      flashAttn: a["flash-attn"],
-      faF32: a["fa-f32"],
-      cacheType: a["cache-type"],
-    };
+    const spec = specOf(a.model!);
     const r = a.child === "llm-edge" ? await childOurs(spec, reps) : await childLlama(spec, reps);
     console.log(JSON.stringify(r));
     return 0;
@@ -351,20 +353,7 @@ async function run(
   }
   const files: FileResult[] = [];
   const bench = async (m: string) => {
-    const f = await benchFile(
-      {
-        model: m,
-        threads,
-        pp,
-        tg,
-        depth,
-        flashAttn: a["flash-attn"],
-        faF32: a["fa-f32"],
-        cacheType: a["cache-type"],
-      },
-      reps,
-      json,
-    );
+    const f = await benchFile(specOf(m), reps, json);
     if (bw) f.bound = { ...(await tgBound(m, bw)), gbps: bw.gbps };
     files.push(f);
     if (!json) printFile(f);

@@ -66,7 +66,7 @@ const CASES: (FaCase & { lateMasked?: number; infMaskedV?: boolean })[] = [
   { ...base, name: "40 cells", d: 32, nHead: 8, nHeadKv: 4, nKv: 40, threads: 2, mask: "sparse" },
 ];
 
-function setup(c: (typeof CASES)[number]): Operands {
+function setup(c: FaCase & { lateMasked?: number }): Operands {
   const o = operands(c);
   if (c.lateMasked !== undefined) {
     for (let j = c.lateMasked; j < c.nKv; j++) o.a.mask![j] = 0xfc00;
@@ -102,6 +102,38 @@ const LEVELS = [
   { level: SimdLevel.SCALAR, name: "scalar", has: true, kernel: false },
 ];
 
+/** Runs `cases` at `level`: where it has no kernel, "f32" must give the
+ * default path's bits; else `judge` holds both against float64's. */
+async function atLevel<C extends FaCase>(
+  level: number,
+  cases: C[],
+  kernel: boolean,
+  judge: (
+    c: C,
+    got: { f32: Float32Array; def: Float32Array; want: Float32Array },
+    o: Operands,
+    cpu: CpuBackend,
+  ) => Promise<void>,
+): Promise<void> {
+  try {
+    assert.equal(lib.symbols.le_set_simd_level(level), level);
+    const ref = new ReferenceBackend();
+    for (const c of cases) {
+      using cpu = new CpuBackend({ threads: c.threads, library: lib });
+      const o = setup(c);
+      const f32 = await ours(cpu, o, true);
+      const def = await ours(cpu, o, false);
+      if (!kernel) {
+        assert.deepEqual(new Uint32Array(f32.buffer), new Uint32Array(def.buffer), c.name);
+        continue;
+      }
+      await judge(c, { f32, def, want: await ours(ref, o, true) }, o, cpu);
+    }
+  } finally {
+    lib.symbols.le_set_simd_level(oracleLevel);
+  }
+}
+
 for (const { level, name, has, kernel } of LEVELS) {
   Deno.test({
     name: (kernel
@@ -109,34 +141,18 @@ for (const { level, name, has, kernel } of LEVELS) {
       : `flash_attn_ext f32: with no ${name} kernel the default path's bits`) +
       (has ? "" : ` [skipped: no ${name} on this CPU]`),
     ignore: !has,
-    fn: async () => {
-      try {
-        assert.equal(lib.symbols.le_set_simd_level(level), level);
-        const ref = new ReferenceBackend();
-        for (const c of CASES) {
-          using cpu = new CpuBackend({ threads: c.threads, library: lib });
-          const o = setup(c);
-          const f32 = await ours(cpu, o, true);
-          const def = await ours(cpu, o, false);
-          if (!kernel) {
-            assert.deepEqual(new Uint32Array(f32.buffer), new Uint32Array(def.buffer), c.name);
-            continue;
-          }
-          const want = await ours(ref, o, true);
-          const [e32, eDef] = [maxErr(f32, want), maxErr(def, want)];
-          // Zen 4, when this was written: f32 0.7-3e-7, ggml's f16
-          // accumulator 4e-4-2e-3 (relative, against float64)
-          assert.ok(e32 <= 1e-6, `${c.name}: f32 error ${e32}`);
-          assert.ok(e32 * 100 <= eDef, `${c.name}: f32 error ${e32}, default's ${eDef}`);
-          if (c.infMaskedV) {
-            const inf = await ours(cpu, withInfMaskedV(o), true);
-            assert.deepEqual(new Uint32Array(inf.buffer), new Uint32Array(f32.buffer), c.name);
-          }
+    fn: () =>
+      atLevel(level, CASES, kernel, async (c, { f32, def, want }, o, cpu) => {
+        const [e32, eDef] = [maxErr(f32, want), maxErr(def, want)];
+        // Zen 4, when this was written: f32 0.7-3e-7, ggml's f16
+        // accumulator 4e-4-2e-3 (relative, against float64)
+        assert.ok(e32 <= 1e-6, `${c.name}: f32 error ${e32}`);
+        assert.ok(e32 * 100 <= eDef, `${c.name}: f32 error ${e32}, default's ${eDef}`);
+        if (c.infMaskedV) {
+          const inf = await ours(cpu, withInfMaskedV(o), true);
+          assert.deepEqual(new Uint32Array(inf.buffer), new Uint32Array(f32.buffer), c.name);
         }
-      } finally {
-        lib.symbols.le_set_simd_level(oracleLevel);
-      }
-    },
+      }),
   });
 }
 
@@ -243,30 +259,15 @@ for (const { level, name, has } of LEVELS) {
         level === SimdLevel.AVX512 ? " without VNNI" : ""
       } the default path's bits`) + (has ? "" : ` [skipped: no ${name} on this CPU]`),
     ignore: !has,
-    fn: async () => {
-      try {
-        assert.equal(lib.symbols.le_set_simd_level(level), level);
-        const ref = new ReferenceBackend();
-        for (const c of Q8_CASES) {
-          using cpu = new CpuBackend({ threads: c.threads, library: lib });
-          const o = operands(c);
-          const f32 = await ours(cpu, o, true);
-          const def = await ours(cpu, o, false);
-          if (!kernel) {
-            assert.deepEqual(new Uint32Array(f32.buffer), new Uint32Array(def.buffer), c.name);
-            continue;
-          }
-          const want = await ours(ref, o, true);
-          const [e32, eDef] = [maxErr(f32, want), maxErr(def, want)];
-          console.log(`${c.name}: f32 ${e32.toExponential(1)}, default ${eDef.toExponential(1)}`);
-          assert.ok(e32 <= 1e-6, `${c.name}: f32 error ${e32}`);
-          assert.ok(e32 <= eDef, `${c.name}: f32 error ${e32}, default's ${eDef}`);
-          assert.notDeepEqual(new Uint32Array(f32.buffer), new Uint32Array(def.buffer), c.name);
-        }
-      } finally {
-        lib.symbols.le_set_simd_level(oracleLevel);
-      }
-    },
+    fn: () =>
+      atLevel(level, Q8_CASES, kernel, (c, { f32, def, want }) => {
+        const [e32, eDef] = [maxErr(f32, want), maxErr(def, want)];
+        console.log(`${c.name}: f32 ${e32.toExponential(1)}, default ${eDef.toExponential(1)}`);
+        assert.ok(e32 <= 1e-6, `${c.name}: f32 error ${e32}`);
+        assert.ok(e32 <= eDef, `${c.name}: f32 error ${e32}, default's ${eDef}`);
+        assert.notDeepEqual(new Uint32Array(f32.buffer), new Uint32Array(def.buffer), c.name);
+        return Promise.resolve();
+      }),
   });
 }
 

@@ -170,6 +170,11 @@ void le_fa32_softmax(const le_fa_row *r, int nh, int64_t ic0, int64_t nc, float 
                      float *const *pt);
 /* Whether any of p[j][0..m) (j < nh) is 0 (AVX-512). */
 int le_fa32_any_zero(const float *const *p, int nh, int64_t m);
+/* The V pass at AVX-512: out[j] += sum over cells c < m of pc[j][c] * V row
+ * c (at vb + c * vst: f16, or f32 with wide), rows `ahead` cells on
+ * prefetched (f16 only). */
+void le_fa32_vpass(int64_t DV, int wide, const char *vb, size_t vst, int64_t m, int64_t ahead,
+                   const float *const *pc, int nh, float *const *out);
 
 /* flash_attn_q8.c: le_fa32_heads over a Q8_0 cache (K and V), at AVX-512
  * with VNNI; le_fa32_q8_ok says where. qq: room for nh query heads of

@@ -98,12 +98,13 @@ LE_TARGET_AVX512 static void fa32_dots(int64_t DK, const char *kb, size_t kst, i
 
 /* out[j][d] += sum over cells c < n of p[j][c] * V[c][d], for NH heads and
  * DV = 16 * NV, in registers over the n cells; V row c at vb + c * vst
- * (f16), widened once for the NH heads. With CHECK, cells that every head
- * weighs 0 (masked) are skipped: their V may be anything, and 0 times inf
- * would not be 0 (without, the caller saw no zero weight). */
+ * (f16, widened once for the NH heads; with WIDE already f32: flash_attn_q8.c's
+ * dequantized rows). With CHECK, cells that every head weighs 0 (masked)
+ * are skipped: their V may be anything, and 0 times inf would not be 0
+ * (without, the caller saw no zero weight). */
 LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
-fa32_vacc(const int NV, const int NH, const int CHECK, const char *vb, size_t vst, int64_t n,
-          int64_t ahead, const float *const *p, float *const *out) {
+fa32_vacc(const int NV, const int NH, const int CHECK, const int WIDE, const char *vb, size_t vst,
+          int64_t n, int64_t ahead, const float *const *p, float *const *out) {
   __m512 acc[8][8];
 #pragma GCC unroll 8
   for (int j = 0; j < NH; j++)
@@ -117,14 +118,15 @@ fa32_vacc(const int NV, const int NH, const int CHECK, const char *vb, size_t vs
       if (!live) continue;
     }
     const uint16_t *x = (const uint16_t *)(const void *)(vb + (size_t)c * vst);
-    if (c + FA32_VAHEAD < ahead) /* the row FA32_VAHEAD cells on: NV / 2 lines */
+    if (!WIDE && c + FA32_VAHEAD < ahead) /* the row FA32_VAHEAD cells on: NV / 2 lines */
 #pragma GCC unroll 4
       for (int k = 0; k < NV; k += 2)
         _mm_prefetch((const char *)(x + 16 * k) + FA32_VAHEAD * vst, _MM_HINT_T0);
     __m512 v[8];
 #pragma GCC unroll 8
     for (int k = 0; k < NV; k++)
-      v[k] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(x + 16 * k)));
+      v[k] = WIDE ? _mm512_loadu_ps((const float *)(const void *)x + 16 * k)
+                  : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)x + k));
 #pragma GCC unroll 8
     for (int j = 0; j < NH; j++) {
       const __m512 w = _mm512_set1_ps(p[j][c]);
@@ -138,11 +140,13 @@ fa32_vacc(const int NV, const int NH, const int CHECK, const char *vb, size_t vs
     for (int k = 0; k < NV; k++) _mm512_storeu_ps(out[j] + 16 * k, acc[j][k]);
 }
 
-#define FA32_VACC(name, NV, NH)                                                                \
-  LE_TARGET_AVX512 static void name(int check, const char *vb, size_t vst, int64_t n,          \
-                                    int64_t ahead, const float *const *p, float *const *out) { \
-    if (check) fa32_vacc(NV, NH, 1, vb, vst, n, ahead, p, out);                                \
-    else fa32_vacc(NV, NH, 0, vb, vst, n, ahead, p, out);                                      \
+#define FA32_VACC(name, NV, NH)                                                               \
+  LE_TARGET_AVX512 static void name(int check, int wide, const char *vb, size_t vst, int64_t n, \
+                                    int64_t ahead, const float *const *p, float *const *out) {  \
+    if (wide && check) fa32_vacc(NV, NH, 1, 1, vb, vst, n, ahead, p, out);                      \
+    else if (wide) fa32_vacc(NV, NH, 0, 1, vb, vst, n, ahead, p, out);                          \
+    else if (check) fa32_vacc(NV, NH, 1, 0, vb, vst, n, ahead, p, out);                         \
+    else fa32_vacc(NV, NH, 0, 0, vb, vst, n, ahead, p, out);                                    \
   }
 FA32_VACC(fa32_vacc_d32x8, 2, 8)
 FA32_VACC(fa32_vacc_d32x1, 2, 1)
@@ -318,20 +322,25 @@ static void fa32_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int
     }
     return;
   }
+  le_fa32_vpass(DV, 0, vb, r[0].vst, m, ahead, pc, nh, out);
+}
+
+void le_fa32_vpass(int64_t DV, int wide, const char *vb, size_t vst, int64_t m, int64_t ahead,
+                   const float *const *pc, int nh, float *const *out) {
   /* heads per pass: 16 accumulators */
   const int g = DV == 32 ? 8 : DV == 64 ? 4 : 2, check = le_fa32_any_zero(pc, nh, m);
   int j = 0;
   for (; j + g <= nh; j += g) {
     const int64_t a = j ? 0 : ahead;
-    if (DV == 32) fa32_vacc_d32x8(check, vb, r[0].vst, m, a, pc + j, out + j);
-    else if (DV == 64) fa32_vacc_d64x4(check, vb, r[0].vst, m, a, pc + j, out + j);
-    else fa32_vacc_d128x2(check, vb, r[0].vst, m, a, pc + j, out + j);
+    if (DV == 32) fa32_vacc_d32x8(check, wide, vb, vst, m, a, pc + j, out + j);
+    else if (DV == 64) fa32_vacc_d64x4(check, wide, vb, vst, m, a, pc + j, out + j);
+    else fa32_vacc_d128x2(check, wide, vb, vst, m, a, pc + j, out + j);
   }
   for (; j < nh; j++) {
     const int64_t a = j ? 0 : ahead;
-    if (DV == 32) fa32_vacc_d32x1(check, vb, r[0].vst, m, a, pc + j, out + j);
-    else if (DV == 64) fa32_vacc_d64x1(check, vb, r[0].vst, m, a, pc + j, out + j);
-    else fa32_vacc_d128x1(check, vb, r[0].vst, m, a, pc + j, out + j);
+    if (DV == 32) fa32_vacc_d32x1(check, wide, vb, vst, m, a, pc + j, out + j);
+    else if (DV == 64) fa32_vacc_d64x1(check, wide, vb, vst, m, a, pc + j, out + j);
+    else fa32_vacc_d128x1(check, wide, vb, vst, m, a, pc + j, out + j);
   }
 }
 

@@ -190,54 +190,6 @@ LE_TARGET_AVX512 static void q8_widen(const char *vb, size_t vst, int64_t m, int
   }
 }
 
-/* out[j][d] += sum over cells c < n of p[j][c] * V[c][d], NH heads, DV =
- * 16 * NV, V rows widened (vf, DV floats a row); cells every head weighs 0
- * skipped with CHECK (their V may be anything: 0 times inf is not 0). */
-LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
-q8_vacc(const int NV, const int NH, const int CHECK, const float *vf, int64_t n,
-        const float *const *p, float *const *out) {
-  __m512 acc[8][8];
-#pragma GCC unroll 8
-  for (int j = 0; j < NH; j++)
-#pragma GCC unroll 8
-    for (int k = 0; k < NV; k++) acc[j][k] = _mm512_loadu_ps(out[j] + 16 * k);
-  for (int64_t c = 0; c < n; c++) {
-    if (CHECK) {
-      int live = 0;
-#pragma GCC unroll 8
-      for (int j = 0; j < NH; j++) live |= p[j][c] != 0.0f;
-      if (!live) continue;
-    }
-    __m512 v[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < NV; k++) v[k] = _mm512_load_ps(vf + c * 16 * NV + 16 * k);
-#pragma GCC unroll 8
-    for (int j = 0; j < NH; j++) {
-      const __m512 w = _mm512_set1_ps(p[j][c]);
-#pragma GCC unroll 8
-      for (int k = 0; k < NV; k++) acc[j][k] = _mm512_fmadd_ps(v[k], w, acc[j][k]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int j = 0; j < NH; j++)
-#pragma GCC unroll 8
-    for (int k = 0; k < NV; k++) _mm512_storeu_ps(out[j] + 16 * k, acc[j][k]);
-}
-
-#define Q8_VACC(name, NV, NH)                                                                  \
-  LE_TARGET_AVX512 static void name(int check, const float *vf, int64_t n,                     \
-                                    const float *const *p, float *const *out) {                \
-    if (check) q8_vacc(NV, NH, 1, vf, n, p, out);                                              \
-    else q8_vacc(NV, NH, 0, vf, n, p, out);                                                    \
-  }
-Q8_VACC(q8_vacc_d32x8, 2, 8)
-Q8_VACC(q8_vacc_d32x1, 2, 1)
-Q8_VACC(q8_vacc_d64x4, 4, 4)
-Q8_VACC(q8_vacc_d64x1, 4, 1)
-Q8_VACC(q8_vacc_d128x2, 8, 2)
-Q8_VACC(q8_vacc_d128x1, 8, 1)
-#undef Q8_VACC
-
 /* The V pass of one K/V head's query heads over cells [c0, c0 + m) of the
  * chunk (flash_attn_f32.c's fa32_vblock for Q8_0 rows, widened once). */
 static void q8_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int64_t m,
@@ -247,18 +199,7 @@ static void q8_vblock(const le_fa_row *r, int nh, int64_t ic0, int64_t c0, int64
   q8_widen(r[0].vb + (ic0 + c0) * r[0].vst, r[0].vst, m, DV, ahead, vf);
   const float *pc[LE_FA32_MAX_HEADS];
   for (int j = 0; j < nh; j++) pc[j] = p[j] + c0;
-  const int g = DV == 32 ? 8 : DV == 64 ? 4 : 2, check = le_fa32_any_zero(pc, nh, m);
-  int j = 0;
-  for (; j + g <= nh; j += g) {
-    if (DV == 32) q8_vacc_d32x8(check, vf, m, pc + j, out + j);
-    else if (DV == 64) q8_vacc_d64x4(check, vf, m, pc + j, out + j);
-    else q8_vacc_d128x2(check, vf, m, pc + j, out + j);
-  }
-  for (; j < nh; j++) {
-    if (DV == 32) q8_vacc_d32x1(check, vf, m, pc + j, out + j);
-    else if (DV == 64) q8_vacc_d64x1(check, vf, m, pc + j, out + j);
-    else q8_vacc_d128x1(check, vf, m, pc + j, out + j);
-  }
+  le_fa32_vpass(DV, 1, (const char *)vf, (size_t)DV * 4, m, 0, pc, nh, out);
 }
 
 void le_fa32_q8_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
