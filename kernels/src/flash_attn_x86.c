@@ -397,9 +397,71 @@ LE_TARGET_AVX512 static void fa_cells_q8_heads2(const le_fa_row *r, int64_t ic0,
   fa_cells_heads_q8(8, 2, r, ic0, ic1, VKQ32, pS, pM);
 }
 
+/* fa_cells_heads_q8 at AVX2 (ggml's haswell lanes are 8 wide, the same
+ * operations per element): NH heads, DV a multiple of 64; within 16
+ * registers each 64 columns of a V row are dequantized once for the heads,
+ * whose accumulators stay in memory (L1) between cells. */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+fa_cells_heads_q8_avx2(const int NH, const le_fa_row *r, int64_t ic0, int64_t ic1,
+                       float *const *VKQ32, float *pS, float *pM) {
+  const int64_t DV = r[0].DV;
+  const fa_vexpf_fn vexpf = le_vexpf_ok() ? le_vexpf_avx2 : NULL;
+  for (int64_t c0 = ic0; c0 < ic1; c0 += FA_CELL_BLOCK) {
+    const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
+    float vsb[4][FA_CELL_BLOCK], msb[4][FA_CELL_BLOCK];
+    uint8_t use[4][FA_CELL_BLOCK];
+    for (int h = 0; h < NH; h++)
+      fa_block_steps(&r[h], c0, nc, vexpf, &pM[h], &pS[h], use[h], msb[h], vsb[h]);
+    for (int c = 0; c < nc; c++) {
+      int live = 0;
+      for (int h = 0; h < NH; h++) live |= use[h][c];
+      if (!live) continue; /* masked for every head: its V is not read */
+      const char *x = r[0].vb + (c0 + c) * r[0].vst;
+      for (int64_t d0 = 0; d0 < DV; d0 += 64) { /* two Q8_0 blocks */
+        __m256 v[8];
+#pragma GCC unroll 2
+        for (int b = 0; b < 2; b++) {
+          const char *blk = x + (d0 / 32 + b) * 34;
+          uint16_t dh;
+          memcpy(&dh, blk, 2);
+          const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+#pragma GCC unroll 4
+          for (int t = 0; t < 4; t++) {
+            const __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * t));
+            v[4 * b + t] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+          }
+        }
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) {
+          if (!use[h][c]) continue;
+          float *y = VKQ32[h] + d0;
+          const __m256 m = _mm256_set1_ps(msb[h][c]), w = _mm256_set1_ps(vsb[h][c]);
+#pragma GCC unroll 8
+          for (int j = 0; j < 8; j++) {
+            __m256 a = _mm256_loadu_ps(y + 8 * j);
+            if (use[h][c] == 2) a = _mm256_mul_ps(a, m);
+            _mm256_storeu_ps(y + 8 * j, _mm256_fmadd_ps(v[j], w, a));
+          }
+        }
+      }
+    }
+  }
+}
+
+LE_TARGET_AVX2 static void fa_cells_q8_heads4_avx2(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                                   float *const *VKQ32, float *pS, float *pM) {
+  fa_cells_heads_q8_avx2(4, r, ic0, ic1, VKQ32, pS, pM);
+}
+LE_TARGET_AVX2 static void fa_cells_q8_heads2_avx2(const le_fa_row *r, int64_t ic0, int64_t ic1,
+                                                   float *const *VKQ32, float *pS, float *pM) {
+  fa_cells_heads_q8_avx2(2, r, ic0, ic1, VKQ32, pS, pM);
+}
+
 le_fa_heads32_fn le_fa_cells_q8_heads(int64_t DV, int *nh) {
   if (le_simd() == LE_SIMD_AVX512 && DV == 64) return *nh = 4, fa_cells_q8_heads4;
   if (le_simd() == LE_SIMD_AVX512 && DV == 128) return *nh = 2, fa_cells_q8_heads2;
+  if (le_simd() == LE_SIMD_AVX2 && DV == 64) return *nh = 4, fa_cells_q8_heads4_avx2;
+  if (le_simd() == LE_SIMD_AVX2 && DV == 128) return *nh = 2, fa_cells_q8_heads2_avx2;
   return NULL;
 }
 
