@@ -44,7 +44,7 @@ const N_STEPS = 4;
 /** Largest difference allowed where bit-identity is not claimed. */
 const TOL = 1e-4;
 /** ggml type ids of the KV cache. */
-const KV_GGML = { f16: 1, f32: 0 } as const;
+const KV_GGML = { f16: 1, f32: 0, q8_0: 8 } as const;
 
 const cpu = (await loadOracle()).cpu;
 const gate = parityGate(cpu);
@@ -54,7 +54,12 @@ if (!EXACT) console.log(`seq_batch_parity_test: within ${TOL} only: ${gate.skip}
 
 /** A small random llama with grouped-query attention (8 query heads over 2 KV heads). */
 const RANDOM_PATH = join(ROOT, ".cache", "seq-batch", "random-gqa-f32.gguf");
+// heads of 64, four query heads per K/V head: over a Q8_0 cache with flash
+// attention, the default path takes a K/V head's query heads together
+// (flash_attn_x86.c's fa_cells_q8_heads)
+const RANDOM_64_PATH = join(ROOT, ".cache", "seq-batch", "random-gqa64-f32.gguf");
 const RANDOM_SHAPE = { nEmbd: 256, nHead: 8, nHeadKv: 2, nFF: 512, nLayer: 2, std: 0.05, seed: 13 };
+const RANDOM_64_SHAPE = { ...RANDOM_SHAPE, nEmbd: 512 };
 
 /** One token of a batch: which sequence and position it is, and whether it is an output. */
 interface Slot {
@@ -181,7 +186,7 @@ interface Layout {
 async function checkModel(
   label: string,
   path: string,
-  kvType: "f16" | "f32",
+  kvType: "f16" | "f32" | "q8_0",
   layout: Layout = {},
 ): Promise<void> {
   const oracle = await loadOracle();
@@ -313,6 +318,18 @@ Deno.test("4 sequences in one batch, one KV stream each: tolstoy-6m f16", async 
 Deno.test("4 sequences in one batch, one KV stream each: tolstoy-6m f16, flash attention", async () => {
   await checkModel("tolstoy f16 kvUnified false fa", TOLSTOY_F16, "f16", {
     kvUnified: false,
+    flashAttn: true,
+  });
+});
+
+Deno.test("4 sequences in one batch: random llama (GQA, heads of 64), q8_0 cache, flash attention", async () => {
+  Deno.mkdirSync(join(ROOT, ".cache", "seq-batch"), { recursive: true });
+  await writeRandomLlama(RANDOM_64_PATH, {
+    ...RANDOM_64_SHAPE,
+    type: "f32",
+    tokenizerFrom: TOLSTOY_F32,
+  });
+  await checkModel("random llama, heads of 64, q8_0 fa", RANDOM_64_PATH, "q8_0", {
     flashAttn: true,
   });
 });
