@@ -332,6 +332,10 @@ Deno.test("4 sequences in one batch: random llama (GQA, heads of 64), q8_0 cache
   await checkModel("random llama, heads of 64, q8_0 fa", RANDOM_64_PATH, "q8_0", {
     flashAttn: true,
   });
+  await checkModel("random llama, heads of 64, q8_0 fa, kvUnified false", RANDOM_64_PATH, "q8_0", {
+    flashAttn: true,
+    kvUnified: false,
+  });
 });
 
 Deno.test("4 sequences in one batch: random llama (GQA), f32 cache", async () => {

@@ -348,19 +348,19 @@ static void fa_heads_rows(const le_node *n, const fa_shape *s, le_fa_heads_fn he
   }
 }
 
-/* fa_one_row of query heads h0 .. h0+nh-1 of token iq1 over a Q8_0 V, by
- * fa_cells_q8_heads (each head's operations are fa_one_row's, so the same
- * bits); work: room for nh rows of DV floats and quantized Q. */
+/* fa_one_row of query heads h0 .. h0+nh-1 of token iq1 (stream iq3) over a
+ * Q8_0 V, by fa_cells_q8_heads (each head's operations are fa_one_row's, so
+ * the same bits); work: room for nh rows of DV floats and quantized Q. */
 static void fa_heads_rows_q8(const le_node *n, const fa_shape *s, le_fa_heads32_fn heads, int nh,
-                             int64_t h0, int64_t iq1, float *work) {
+                             int64_t h0, int64_t iq1, int64_t iq3, float *work) {
   const le_type_traits *qt = le_traits(le_traits(n->src[1].type)->vec_dot_type);
   le_fa_row r[4];
   float *VKQ[4], S[4], M[4];
   char *qq = (char *)(work + nh * s->DV);
   for (int t = 0; t < nh; t++) {
     void *Q_q = qq + (size_t)t * (size_t)(s->DK * 2);
-    qt->from_float_act((const float *)fa_at(&n->src[0], iq1, h0 + t, 0), Q_q, s->DK);
-    r[t] = fa_row_of(n, s, iq1, h0 + t, 0, Q_q, NULL, 0);
+    qt->from_float_act((const float *)fa_at(&n->src[0], iq1, h0 + t, iq3), Q_q, s->DK);
+    r[t] = fa_row_of(n, s, iq1, h0 + t, iq3, Q_q, NULL, 0);
     VKQ[t] = work + t * s->DV;
     memset(VKQ[t], 0, (size_t)s->DV * 4);
     S[t] = 0.0f, M[t] = -INFINITY;
@@ -368,7 +368,7 @@ static void fa_heads_rows_q8(const le_node *n, const fa_shape *s, le_fa_heads32_
   heads(r, 0, s->nek1, VKQ, S, M);
   for (int t = 0; t < nh; t++) {
     fa_scale_f32(s->DV, VKQ[t], S[t] == 0.0f ? 0.0f : 1.0f / S[t]);
-    memcpy(fa_dst_row(n, iq1, h0 + t, 0), VKQ[t], (size_t)s->DV * 4);
+    memcpy(fa_dst_row(n, iq1, h0 + t, iq3), VKQ[t], (size_t)s->DV * 4);
   }
 }
 
@@ -501,18 +501,20 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
                                      ? le_fa_cells_f16_heads(s.DV, &gh)
                                      : NULL;
     /* over a Q8_0 cache, a K/V head's query heads together: the units are
-     * (group of heads, token), split over the threads as the rows were */
+     * (stream, group of heads, token), split over the threads as the rows */
     int gq = 0;
     const le_fa_heads32_fn q8heads = v->type == LE_TYPE_Q8_0 && k->type == LE_TYPE_Q8_0 &&
-                                             s.rv2 == s.rk2 && s.neq3 == 1 &&
-                                             fa_use_avx2(s.fused)
+                                             s.rv2 == s.rk2 && fa_use_avx2(s.fused)
                                          ? le_fa_cells_q8_heads(s.DV, &gq)
                                          : NULL;
     if (q8heads && s.rk2 % gq == 0) {
-      const int64_t nu = s.N * (s.neq2 / gq), du = (nu + p->nth - 1) / p->nth;
+      const int64_t per3 = s.N * (s.neq2 / gq), nu = per3 * s.neq3;
+      const int64_t du = (nu + p->nth - 1) / p->nth;
       const int64_t u0 = LE_MIN(du * p->ith, nu), u1 = LE_MIN(u0 + du, nu);
-      for (int64_t u = u0; u < u1; u++) /* the head group outer: its K/V rows stay warm */
-        fa_heads_rows_q8(n, &s, q8heads, gq, u / s.N * gq, u % s.N, work);
+      for (int64_t u = u0; u < u1; u++) { /* the head group outer: its K/V rows stay warm */
+        const int64_t w = u % per3;
+        fa_heads_rows_q8(n, &s, q8heads, gq, w / s.N * gq, w % s.N, u / per3, work);
+      }
       return;
     }
     for (int64_t ir = r0; ir < r1;) {
