@@ -158,6 +158,14 @@ static le_fa_row fa_row_of(const le_node *n, const fa_shape *s, int64_t iq1, int
                      .dots0 = dots0};
 }
 
+/* Query row (iq1, iq2, iq3)'s dst row: VKQ / S (0 where S is 0), as ggml
+ * normalizes a row. */
+static void fa_write_row(const le_node *n, int64_t DV, int64_t iq1, int64_t iq2, int64_t iq3,
+                         float *VKQ, float S) {
+  fa_scale_f32(DV, VKQ, S == 0.0f ? 0.0f : 1.0f / S);
+  memcpy(fa_dst_row(n, iq1, iq2, iq3), VKQ, (size_t)DV * 4);
+}
+
 /* ggml_compute_forward_flash_attn_ext_f16_one_chunk for query row ir over
  * cells [ic0, ic1). Writes the normalized row to dst, or (M, S, VKQ) to
  * `partial` when given. `dots` (or NULL): the row's kq dots of those cells,
@@ -240,9 +248,7 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
     memcpy(partial + 2, VKQ32, (size_t)DV * 4);
     return;
   }
-  const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
-  fa_scale_f32(DV, VKQ32, S_inv);
-  memcpy(fa_dst_row(n, iq1, iq2, iq3), VKQ32, (size_t)DV * 4);
+  fa_write_row(n, DV, iq1, iq2, iq3, VKQ32, S);
 }
 
 /* The split path's kq dots by a row kernel (le_f16_rows: vec_dot_f16's
@@ -341,11 +347,7 @@ static void fa_heads_rows(const le_node *n, const fa_shape *s, le_fa_heads_fn he
   float *pt[4];
   for (int t = 0; t < nh; t++) pt[t] = work + t * (2 + s->DV);
   fa_rows_heads(n, s, heads, nh, h0, 0, s->nek1, dots, pt, vkq);
-  for (int t = 0; t < nh; t++) {
-    const float S = pt[t][1];
-    fa_scale_f32(s->DV, pt[t] + 2, S == 0.0f ? 0.0f : 1.0f / S);
-    memcpy(fa_dst_row(n, 0, h0 + t, 0), pt[t] + 2, (size_t)s->DV * 4);
-  }
+  for (int t = 0; t < nh; t++) fa_write_row(n, s->DV, 0, h0 + t, 0, pt[t] + 2, pt[t][1]);
 }
 
 /* fa_one_row of query heads h0 .. h0+nh-1 of token iq1 (stream iq3) over a
@@ -366,10 +368,7 @@ static void fa_heads_rows_q8(const le_node *n, const fa_shape *s, le_fa_heads32_
     S[t] = 0.0f, M[t] = -INFINITY;
   }
   heads(r, 0, s->nek1, VKQ, S, M);
-  for (int t = 0; t < nh; t++) {
-    fa_scale_f32(s->DV, VKQ[t], S[t] == 0.0f ? 0.0f : 1.0f / S[t]);
-    memcpy(fa_dst_row(n, iq1, h0 + t, iq3), VKQ[t], (size_t)s->DV * 4);
-  }
+  for (int t = 0; t < nh; t++) fa_write_row(n, s->DV, iq1, h0 + t, iq3, VKQ[t], S[t]);
 }
 
 /* ggml_flash_attn_ext_reduce_partials: heads ith, ith + nth, ... */

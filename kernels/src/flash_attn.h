@@ -2,6 +2,7 @@
 #ifndef LE_FLASH_ATTN_H
 #define LE_FLASH_ATTN_H
 #include "le_internal.h"
+#include "q_common.h"
 
 /* ---- The op's shape and addressing, shared by flash_attn*.c ---- */
 #include <math.h>
@@ -185,6 +186,25 @@ void le_fa32_q8_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic
                       const float *const *q, float *scores, void *qq, float *const *pt);
 
 #if defined(LE_X86)
+/* A Q8_0 block's 32 values, d times each int8 (exact in f32, as ggml's
+ * dequantize_row_q8_0), as two vectors of 16 (AVX-512) or four of 8. */
+LE_TARGET_AVX512 static inline __attribute__((always_inline)) void
+fa_q8_widen16(const le_block_q8_0 *b, __m512 v[2]) {
+  const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
+  for (int t = 0; t < 2; t++) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b->qs + 16 * t));
+    v[t] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+  }
+}
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+fa_q8_widen8(const le_block_q8_0 *b, __m256 v[4]) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
+  for (int t = 0; t < 4; t++) {
+    const __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(b->qs + 8 * t));
+    v[t] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+  }
+}
+
 /* Software prefetch spread through a compute loop, one line per step: the
  * next block's K (or V a few cells on) arrives while this one is computed.
  * Measured on Zen 4 at depth 2048 (44 MB of K and V, out of cache): the

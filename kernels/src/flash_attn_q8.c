@@ -18,11 +18,10 @@
  * Elsewhere (no VNNI, AVX2, other head sizes) the node keeps the default
  * path (flash_attn.c), whose Q8_0 V accumulates in f32 already. */
 #include "flash_attn.h"
-#include "q_common.h"
 #include "reduce512.h"
 
-#define QK 32  /* values per Q8_0 block */
-#define QB 34  /* bytes per Q8_0 block: an f16 scale, then 32 int8 */
+#define QK LE_QK                       /* values per Q8_0 block */
+#define QB ((int)sizeof(le_block_q8_0)) /* its bytes: an f16 scale, then 32 int8 */
 
 #if defined(LE_X86)
 #define LE_TARGET_VNNI \
@@ -46,15 +45,13 @@ _Static_assert(sizeof(q8_head) == LE_FA32_Q8_HEAD_BYTES, "the scratch flash_attn
 /* ggml's quantize_row_q8_0 of one query row (le_quantize_q8_0_act: the
  * bytes ggml's vec_dot sees), unpacked. */
 static void q8_query(const float *x, int64_t DK, q8_head *h) {
-  uint8_t blocks[8 * QB];
+  le_block_q8_0 blocks[8];
   le_quantize_q8_0_act(x, blocks, DK);
   for (int64_t b = 0; b < DK / QK; b++) {
-    uint16_t d;
-    memcpy(&d, blocks + b * QB, 2);
-    h->d[b] = le_fp16_to_fp32(d);
-    memcpy(h->w + b * QK / 4, blocks + b * QB + 2, QK);
+    h->d[b] = le_fp16_to_fp32(blocks[b].d);
+    memcpy(h->w + b * QK / 4, blocks[b].qs, QK);
     int32_t sum = 0;
-    for (int i = 0; i < QK; i++) sum += (int8_t)blocks[b * QB + 2 + i];
+    for (int i = 0; i < QK; i++) sum += blocks[b].qs[i];
     h->bias[b] = 128 * sum;
   }
 }
@@ -176,16 +173,10 @@ LE_TARGET_AVX512 static void q8_widen(const char *vb, size_t vst, int64_t m, int
     if (c + Q8_VAHEAD < ahead)
       for (int l = 0; l < lines; l++) _mm_prefetch(x + Q8_VAHEAD * vst + 64 * l, _MM_HINT_T0);
     for (int b = 0; b < nb; b++) {
-      uint16_t dh;
-      memcpy(&dh, x + b * QB, 2);
-      const __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
-      const char *qs = x + b * QB + 2;
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; h++) {
-        const __m128i b8 = _mm_loadu_si128((const __m128i *)(const void *)(qs + 16 * h));
-        _mm512_store_ps(vf + c * DV + b * QK + 16 * h,
-                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b8))));
-      }
+      __m512 v[2];
+      fa_q8_widen16((const le_block_q8_0 *)(const void *)x + b, v);
+      _mm512_store_ps(vf + c * DV + b * QK, v[0]);
+      _mm512_store_ps(vf + c * DV + b * QK + 16, v[1]);
     }
   }
 }

@@ -343,7 +343,7 @@ fa_cells_heads_q8(const int NV, const int NH, const le_fa_row *r, int64_t ic0, i
     float vsb[4][FA_CELL_BLOCK], msb[4][FA_CELL_BLOCK];
     uint8_t use[4][FA_CELL_BLOCK];
     for (int c = 0; c < nc; c++)
-      for (int64_t o = 0; o < NV / 2 * 34; o += 64)
+      for (int64_t o = 0; o < NV / 2 * (int64_t)sizeof(le_block_q8_0); o += 64)
         __builtin_prefetch(r[0].vb + (c0 + c) * r[0].vst + o, 0, 3);
     for (int h = 0; h < NH; h++)
       fa_block_steps(&r[h], c0, nc, vexpf, &M[h], &S[h], use[h], msb[h], vsb[h]);
@@ -352,20 +352,10 @@ fa_cells_heads_q8(const int NV, const int NH, const le_fa_row *r, int64_t ic0, i
 #pragma GCC unroll 4
       for (int h = 0; h < NH; h++) live |= use[h][c];
       if (!live) continue; /* masked for every head: its V is not read */
-      const char *x = r[0].vb + (c0 + c) * r[0].vst;
+      const le_block_q8_0 *x = (const le_block_q8_0 *)(const void *)(r[0].vb + (c0 + c) * r[0].vst);
       __m512 v[8];
 #pragma GCC unroll 4
-      for (int b = 0; b < NV / 2; b++) {
-        uint16_t dh;
-        memcpy(&dh, x + 34 * b, 2);
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
-#pragma GCC unroll 2
-        for (int t = 0; t < 2; t++) {
-          const char *qs = x + 34 * b + 2 + 16 * t;
-          const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)qs);
-          v[2 * b + t] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
-        }
-      }
+      for (int b = 0; b < NV / 2; b++) fa_q8_widen16(x + b, v + 2 * b);
 #pragma GCC unroll 4
       for (int h = 0; h < NH; h++) {
         if (!use[h][c]) continue;
@@ -416,21 +406,11 @@ fa_cells_heads_q8_avx2(const int NH, const le_fa_row *r, int64_t ic0, int64_t ic
       int live = 0;
       for (int h = 0; h < NH; h++) live |= use[h][c];
       if (!live) continue; /* masked for every head: its V is not read */
-      const char *x = r[0].vb + (c0 + c) * r[0].vst;
+      const le_block_q8_0 *x = (const le_block_q8_0 *)(const void *)(r[0].vb + (c0 + c) * r[0].vst);
       for (int64_t d0 = 0; d0 < DV; d0 += 64) { /* two Q8_0 blocks */
         __m256 v[8];
-#pragma GCC unroll 2
-        for (int b = 0; b < 2; b++) {
-          const char *blk = x + (d0 / 32 + b) * 34;
-          uint16_t dh;
-          memcpy(&dh, blk, 2);
-          const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
-#pragma GCC unroll 4
-          for (int t = 0; t < 4; t++) {
-            const __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * t));
-            v[4 * b + t] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
-          }
-        }
+        fa_q8_widen8(x + d0 / LE_QK, v);
+        fa_q8_widen8(x + d0 / LE_QK + 1, v + 4);
 #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
           if (!use[h][c]) continue;
