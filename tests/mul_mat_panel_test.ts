@@ -62,6 +62,7 @@ const SHAPES: MulMatShape[] = [
   // (le_f16_rows): heads of 32, partial row groups, K below one chunk.
   shape(F16, 32, 37, 1, 4, 8), // KQ: heads of 32, 2 query heads per KV head
   shape(F16, 200, 32, 1, 2, 8), // KQV: 4 per KV head, 8 leftovers after 3 chunks
+  shape(F16, 264, 32, 1, 4, 8), // KQV: 2 per KV head (read once for both), 8 leftovers
   shape(F16, 7, 21, 1, 3, 3), // one query head per KV head, K < 16
   ...[2, 8, 13].map((n) => shape(F32, 512, 64, n)),
   shape(F32, 1536, 36, 6, 2, 4),

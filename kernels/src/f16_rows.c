@@ -89,6 +89,8 @@ rows16_f16_avx512(const int ny, int64_t n, int nr, const uint16_t *const xr[16],
     }
     __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(red[k]));
     __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(red[k] + 8));
+    if (!np && k == 0)
+      for (int j = 0; j < 16; j++) rows_pf_row(pf, j);
     for (int64_t i = np; i < n; i += 16) {
       const int m = (int)LE_MIN(16, n - i);
       const __mmask16 mk = (__mmask16)((1u << m) - 1);
@@ -165,6 +167,7 @@ LE_TARGET_AVX512 static void rows_f16_avx512(int64_t n, int64_t nrows, const voi
     const rows_pf pf = rows_pf_next(vx, bx, n, nrows, r0, 16);
     if (ny == 4 && n == 64 && wide) rows16_f16_d64x4_avx512(nr, xr, yf, o, &pf);
     else if (ny == 4) rows16_f16_avx512(4, n, nr, xr, y, wide ? yf : NULL, o, &pf);
+    else if (ny == 2) rows16_f16_avx512(2, n, nr, xr, y, wide ? yf : NULL, o, &pf);
     else rows16_f16_avx512(1, n, nr, xr, y, wide ? yf : NULL, o, &pf);
   }
 }

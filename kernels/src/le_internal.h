@@ -115,7 +115,7 @@ le_vec_dot_fn le_get_vec_dot(const le_type_traits *t);
 int le_cpu_vnni(void);
 #endif
 /* s[k][r] = F16 vec_dot of row r of x (rows bx bytes apart) with y[k], for
- * r < nrows and k < ny (1 or 4), each by vec_dot's chain. */
+ * r < nrows and k < ny (1, 2 or 4), each by vec_dot's chain. */
 typedef void (*le_f16_rows_fn)(int64_t n, int64_t nrows, const void *x, size_t bx, int ny,
                                const void *const *y, float *const *s);
 /* The F16 row kernel at the current SIMD level (AVX-512, AVX2) for dots of

@@ -315,9 +315,11 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
                                   : NULL;
   /* Decode attention with grouped KV heads (src0 broadcast over r2 query
    * heads, one column each): the r2 planes that share a K matrix are one
-   * unit, and each K row meets their queries four at a time (le_f16_rows
-   * with four y: the row read once). */
-  const int grouped = rows && r2 % 4 == 0;
+   * unit, and each K row meets their queries four (or, with two query
+   * heads per KV head, two) at a time (le_f16_rows with several y: the row
+   * read once). */
+  const int gy = r2 % 4 == 0 ? 4 : 2; /* query heads per row read */
+  const int grouped = rows && r2 % gy == 0;
   const int64_t grp = grouped ? r2 : 1; /* query planes per unit */
   const int64_t base = panel ? PANEL_ROWS : BLK_ROWS;
   const int64_t nbase = (M + base - 1) / base, planes = ne12 / grp * ne13;
@@ -368,15 +370,15 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       continue;
     }
     if (grouped) {
-      for (int64_t g = 0; g < grp; g += 4) {
+      for (int64_t g = 0; g < grp; g += gy) {
         const void *ys[4];
         float *o4[4];
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < gy; k++) {
           ys[k] = wdata + (size_t)((i13 * ne12 + i12 + g + k) * ne11) * vrow;
           o4[k] = (float *)((char *)(uintptr_t)d->data + (i12 + g + k) * d->nb[2] +
                             i13 * d->nb[3]) + ir0;
         }
-        rows(K, ir1 - ir0, arow + ir0 * a->nb[1], (size_t)a->nb[1], 4, ys, o4);
+        rows(K, ir1 - ir0, arow + ir0 * a->nb[1], (size_t)a->nb[1], gy, ys, o4);
       }
       continue;
     }
