@@ -24,6 +24,9 @@ export interface FaCase {
   mask: "none" | "causal" | "sparse";
   maxBias?: number;
   threads: number;
+  /** KV streams (one per sequence of a batch), each query stream over its
+   * own; stream s sees its cells up to nKv - s * nKv / streams. Default 1. */
+  streams?: number;
 }
 
 export interface Operands {
@@ -43,10 +46,11 @@ export function operands(c: FaCase): Operands {
   const r = rng(c.d * 1000 + c.n * 7 + c.nKv);
   const rand = (len: number, s: number) =>
     Float32Array.from({ length: len }, () => (r() * 2 - 1) * s);
-  const qNe = [c.d, c.n, c.nHead, 1], kNe = [c.d, c.nKv, c.nHeadKv, 1];
-  const q = rand(c.d * c.n * c.nHead, 1.5);
-  const k = typeBytes(c.kvType, rand(c.d * c.nKv * c.nHeadKv, 1.5));
-  const v = typeBytes(c.kvType, rand(c.d * c.nKv * c.nHeadKv, 2));
+  const ns = c.streams ?? 1;
+  const qNe = [c.d, c.n, c.nHead, ns], kNe = [c.d, c.nKv, c.nHeadKv, ns];
+  const q = rand(c.d * c.n * c.nHead * ns, 1.5);
+  const k = typeBytes(c.kvType, rand(c.d * c.nKv * c.nHeadKv * ns, 1.5));
+  const v = typeBytes(c.kvType, rand(c.d * c.nKv * c.nHeadKv * ns, 2));
   const a: OracleFlashAttnArgs = {
     q,
     qNe,
@@ -61,18 +65,49 @@ export function operands(c: FaCase): Operands {
     threads: c.threads,
   };
   if (c.mask !== "none") {
-    const m = new Uint16Array(c.nKv * c.n);
-    for (let t = 0; t < c.n; t++) {
-      for (let j = 0; j < c.nKv; j++) {
-        // causal: token t sees cells up to nKv - n + t; sparse also drops every third cell
-        const visible = j <= c.nKv - c.n + t && (c.mask === "causal" || j % 3 !== 1);
-        m[t * c.nKv + j] = visible ? (c.maxBias ? f32ToFp16(-Math.abs(j - t)) : 0) : 0xfc00;
+    const m = new Uint16Array(c.nKv * c.n * ns);
+    for (let st = 0; st < ns; st++) {
+      const end = c.nKv - Math.floor((st * c.nKv) / ns); // the stream's cells
+      for (let t = 0; t < c.n; t++) {
+        for (let j = 0; j < c.nKv; j++) {
+          // causal: token t sees cells up to end - n + t; sparse also drops every third cell
+          const visible = j <= end - c.n + t && (c.mask === "causal" || j % 3 !== 1);
+          m[(st * c.n + t) * c.nKv + j] = visible
+            ? (c.maxBias ? f32ToFp16(-Math.abs(j - t)) : 0)
+            : 0xfc00;
+        }
       }
     }
     a.mask = m;
-    a.maskNe = [c.nKv, c.n, 1, 1];
+    a.maskNe = [c.nKv, c.n, 1, ns];
   }
-  return { a, dstNe: [c.d, c.nHead, c.n, 1] };
+  return { a, dstNe: [c.d, c.nHead, c.n, ns] };
+}
+
+/** Stream `st` of 4-D operands alone (a node of one stream). */
+export function streamOf(o: Operands, st: number): Operands {
+  const { a } = o;
+  const one = (ne: readonly number[]) => [ne[0], ne[1], ne[2], 1];
+  const cut = (bytes: Uint8Array, ne: readonly number[]) => {
+    const per = bytes.length / ne[3];
+    return bytes.slice(st * per, (st + 1) * per);
+  };
+  const qPer = a.q.length / a.qNe[3];
+  const b: OracleFlashAttnArgs = {
+    ...a,
+    q: a.q.slice(st * qPer, (st + 1) * qPer),
+    qNe: one(a.qNe),
+    k: cut(a.k, a.kNe),
+    kNe: one(a.kNe),
+    v: cut(a.v, a.vNe),
+    vNe: one(a.vNe),
+  };
+  if (a.mask) {
+    const mPer = a.mask.length / a.maskNe![3];
+    b.mask = a.mask.slice(st * mPer, (st + 1) * mPer);
+    b.maskNe = one(a.maskNe!);
+  }
+  return { a: b, dstNe: one(o.dstNe) as Dims };
 }
 
 export function tensor(

@@ -17,7 +17,7 @@ import { Context } from "../lib/runtime/context.ts";
 import { loadOracle, maxAbsDiff, nearTieStep, top2 } from "./oracle/oracle.ts";
 import { OracleBatchContext } from "./oracle/oracle_batch.ts";
 import { TOLSTOY_F16 } from "./oracle/models.ts";
-import { type FaCase, type Operands, operands, ours } from "./fa_operands.ts";
+import { type FaCase, type Operands, operands, ours, streamOf } from "./fa_operands.ts";
 import { mulberry32 } from "./rng.ts";
 
 const { F16 } = GGMLType;
@@ -271,6 +271,75 @@ for (const { level, name, has } of LEVELS) {
   });
 }
 
+// A batch of sequences with a KV stream each (ContextOptions.kvUnified
+// false): every stream's decode row takes the kernel, over the cells its
+// mask leaves, cut into the chunks a node of that stream alone would have,
+// so a sequence gets the same bits batched as alone.
+const STREAM_CASES: FaCase[] = [
+  {
+    ...base,
+    name: "3 streams, heads 8/2 of 64",
+    d: 64,
+    nHead: 8,
+    nHeadKv: 2,
+    nKv: 300,
+    threads: 2,
+    streams: 3,
+  },
+  {
+    ...base,
+    name: "4 streams, heads 8/4 of 32, sparse",
+    d: 32,
+    nHead: 8,
+    nHeadKv: 4,
+    nKv: 120,
+    threads: 3,
+    streams: 4,
+    mask: "sparse",
+  },
+];
+const Q8_STREAM_CASES = STREAM_CASES.map((c) => ({ ...c, kvType: Q8_0, name: `q8_0 ${c.name}` }));
+
+/** Each stream's rows of `got` equal a node of that stream alone, bit for bit. */
+async function streamsAlone(c: FaCase, got: Float32Array, o: Operands, cpu: CpuBackend) {
+  const per = got.length / c.streams!;
+  for (let st = 0; st < c.streams!; st++) {
+    const alone = await ours(cpu, streamOf(o, st), true);
+    assert.deepEqual(
+      new Uint32Array(alone.buffer),
+      new Uint32Array(got.slice(st * per, (st + 1) * per).buffer),
+      `${c.name}: stream ${st} batched vs alone`,
+    );
+  }
+}
+
+for (const { level, name, has, kernel } of LEVELS) {
+  const q8 = level === SimdLevel.AVX512 && vnni;
+  Deno.test({
+    name: `flash_attn_ext f32, one KV stream per sequence: at ${name} ` +
+      (kernel
+        ? `each stream as alone, near float64 (F16${q8 ? " and Q8_0" : ""})`
+        : "the default path's bits") +
+      (has ? "" : ` [skipped: no ${name} on this CPU]`),
+    ignore: !has,
+    fn: async () => {
+      await atLevel(level, STREAM_CASES, kernel, async (c, { f32, def, want }, o, cpu) => {
+        const [e32, eDef] = [maxErr(f32, want), maxErr(def, want)];
+        assert.ok(e32 <= 1e-6, `${c.name}: f32 error ${e32}`);
+        assert.ok(e32 * 100 <= eDef, `${c.name}: f32 error ${e32}, default's ${eDef}`);
+        await streamsAlone(c, f32, o, cpu);
+      });
+      await atLevel(level, Q8_STREAM_CASES, q8, async (c, { f32, def, want }, o, cpu) => {
+        const [e32, eDef] = [maxErr(f32, want), maxErr(def, want)];
+        assert.ok(e32 <= 1e-6, `${c.name}: f32 error ${e32}`);
+        assert.ok(e32 <= eDef, `${c.name}: f32 error ${e32}, default's ${eDef}`);
+        assert.notDeepEqual(new Uint32Array(f32.buffer), new Uint32Array(def.buffer), c.name);
+        await streamsAlone(c, f32, o, cpu);
+      });
+    },
+  });
+}
+
 // tolstoy-6m (heads of 32, 8 query heads over 4 K/V heads) after a
 // 700-token prompt, so that every decode step is split KV over >= 512
 // cells, with flashAttnPrecision "f32" against llama.cpp's flash attention
@@ -342,4 +411,83 @@ Deno.test("flashAttnPrecision f32: tolstoy-6m at depth 700 against llama.cpp's f
 
 Deno.test("flashAttnPrecision f32 over a Q8_0 cache: tolstoy-6m at depth 700 against llama.cpp", async () => {
   await atDepth("q8_0", oracleLevel === SimdLevel.AVX512 && vnni);
+});
+
+// Four sequences, one KV stream each, decoded as one batch at every step
+// (the server's default layout): each stream's attention takes the kernel,
+// and every sequence is held to llama.cpp's batch as at depth above.
+async function streamsAtDepth(kvType: "f16" | "q8_0", ran: boolean): Promise<void> {
+  const oracle = await loadOracle();
+  const nSeq = 4;
+  const opts = { nCtx: 4 * 256, nBatch: 1024, nSeqMax: nSeq, kvUnified: false, threads: 2 };
+  const type = kvType === "f16" ? 1 : 8;
+  using om = oracle.load(TOLSTOY_F16);
+  using oc = await OracleBatchContext.create(om, {
+    ...opts,
+    typeK: type,
+    typeV: type,
+    flashAttn: true,
+  });
+  using model = await Model.load(TOLSTOY_F16);
+  using ctx = await Context.create(model, {
+    ...opts,
+    flashAttn: true,
+    flashAttnPrecision: "f32",
+    kvType,
+  });
+  const r = mulberry32(11);
+  // prompts of different lengths: the streams' windows differ
+  const prompts = [200, 150, 90, 40].map((len) =>
+    Array.from({ length: len }, () => 3 + Math.floor(r() * (om.nVocab - 3)))
+  );
+  const pos = prompts.map(() => 0);
+  let last: Float32Array[][] = [];
+  const both = async (perSeq: number[][]) => {
+    const batch = {
+      tokens: [] as number[],
+      pos: [] as number[],
+      seqIds: [] as number[],
+      logits: [] as boolean[],
+    };
+    perSeq.forEach((toks, s) =>
+      toks.forEach((t, k) => {
+        batch.tokens.push(t);
+        batch.pos.push(pos[s] + k);
+        batch.seqIds.push(s);
+        batch.logits.push(k === toks.length - 1);
+      })
+    );
+    const t = oc.decode(batch);
+    assert.equal(t.rc, 0);
+    const o = await ctx.decodeBatch(batch);
+    perSeq.forEach((toks, s) => (pos[s] += toks.length));
+    last = [o.logits, t.logits];
+  };
+  await both(prompts);
+  const gaps: number[][] = prompts.map(() => []);
+  const tied = prompts.map(() => false);
+  let worst = 0;
+  for (let step = 0; step < 8; step++) {
+    const [o, t] = last;
+    const next: number[][] = [];
+    for (let s = 0; s < nSeq; s++) {
+      const [tok, gap] = top2(t[s]);
+      gaps[s].push(gap);
+      tied[s] ||= nearTieStep(gaps[s]) !== gaps[s].length;
+      if (!tied[s]) assert.equal(top2(o[s])[0], tok, `sequence ${s}, step ${step}`);
+      worst = Math.max(worst, maxAbsDiff(o[s], t[s]));
+      next.push([tok]);
+    }
+    await both(next);
+  }
+  console.log(
+    `f32 (${kvType} cache), 4 streams vs llama.cpp: logits max |diff| ${worst.toExponential(2)}`,
+  );
+  assert.ok(worst <= LOGIT_TOL, `logits differ by ${worst}`);
+  if (ran) assert.ok(worst > 0, "bit-identical logits: the f32 kernel did not run");
+}
+
+Deno.test("flashAttnPrecision f32, one KV stream per sequence: tolstoy-6m batches against llama.cpp", async () => {
+  await streamsAtDepth("f16", (features & 3) !== 0);
+  await streamsAtDepth("q8_0", oracleLevel === SimdLevel.AVX512 && vnni);
 });

@@ -76,14 +76,16 @@ static size_t fa_thread_bytes(const le_node *n) {
   return (size_t)(LE_MAX(row, tiled) + 16) * 4;
 }
 
-/* Bytes of the split path's partials, all threads. */
-static size_t fa_partials_bytes(const le_node *n, int n_threads) {
-  const int64_t DV = n->src[2].ne[0], neq2 = n->src[0].ne[2];
-  return (size_t)neq2 * (size_t)n_threads * (size_t)(2 + DV) * 4;
-}
-
 static int fa_row_dots(const le_node *n);
 static int fa32_takes(const le_node *n);
+
+/* Bytes of the split path's partials, all threads (the f32 kernel: every
+ * KV stream's, merged after one barrier). */
+static size_t fa_partials_bytes(const le_node *n, int n_threads) {
+  const int64_t DV = n->src[2].ne[0], neq2 = n->src[0].ne[2];
+  const int64_t streams = fa32_takes(n) ? n->src[0].ne[3] : 1;
+  return (size_t)(streams * neq2) * (size_t)n_threads * (size_t)(2 + DV) * 4;
+}
 
 /* Floats of one thread's split-path scratch: four heads' VKQ16 (2 DV
  * floats; fa_rows_heads), then fa_split_dots's dots of a group of query
@@ -110,13 +112,14 @@ size_t le_flash_attn_wsize(const le_node *n, int n_threads) {
 
 /* Whether the f32 kernel (flash_attn_f32.c, or flash_attn_q8.c over a
  * Q8_0 cache) takes a split-KV node: its GGML_PREC_F32 param, K and V of
- * one type and heads it has a kernel for. It owns its order, so it splits
- * from fewer cells than ggml does. */
+ * one type, one KV stream per query stream (a batch of sequences with a
+ * stream each) and heads it has a kernel for. It owns its order, so it
+ * splits from fewer cells than ggml does. */
 #define FA32_SPLIT_MIN_KV 32
 static int fa32_takes(const le_node *n) {
   const le_tensor *q = &n->src[0], *k = &n->src[1], *v = &n->src[2];
-  if (n->params[3] != LE_FA_PREC_F32 || k->type != v->type || q->ne[3] != 1 || k->ne[3] != 1 ||
-      v->ne[3] != 1 || q->ne[2] % k->ne[2] != 0 || k->ne[2] != v->ne[2])
+  if (n->params[3] != LE_FA_PREC_F32 || k->type != v->type || k->ne[3] != q->ne[3] ||
+      v->ne[3] != q->ne[3] || q->ne[2] % k->ne[2] != 0 || k->ne[2] != v->ne[2])
     return 0;
   if (k->type == LE_TYPE_F16) return le_fa32_ok(k->ne[0], v->ne[0], q->ne[2]);
   if (k->type == LE_TYPE_Q8_0) return le_fa32_q8_ok(k->ne[0], v->ne[0], q->ne[2]);
@@ -131,7 +134,7 @@ int le_flash_attn_split(const le_node *n) {
    * query rows one at a time (over F16 the tiled path was faster: 1.1B
    * Q4_0 prompt of 128 at depth 2048, Zen 4, 2 threads: 89 against 71 t/s) */
   const int f32 = fa32_takes(n);
-  return (q->ne[1] == 1 || (f32 && k->type == LE_TYPE_Q8_0)) && q->ne[3] == 1 &&
+  return (q->ne[1] == 1 || (f32 && k->type == LE_TYPE_Q8_0)) && (q->ne[3] == 1 || f32) &&
          (fa_kv_float(k->type) || f32) &&
          k->type == v->type && q->type == LE_TYPE_F32 &&
          k->ne[1] >= (f32 ? FA32_SPLIT_MIN_KV : FA_SPLIT_MIN_KV);
@@ -317,18 +320,18 @@ static void fa_rows_heads(const le_node *n, const fa_shape *s, le_fa_heads_fn he
   }
 }
 
-/* Every query head's partials of query row iq1 by le_fa32_heads
- * (le_fa32_q8_heads over a Q8_0 cache); scores: its scratch, the quantized
- * Q after the scores. */
-static void fa32_all(const le_node *n, const fa_shape *s, int64_t iq1, int64_t ic0, int64_t ic1,
-                     float *scores, float *partials, int64_t nth, int64_t ith) {
+/* Every query head's partials of query row iq1 of stream iq3 by
+ * le_fa32_heads (le_fa32_q8_heads over a Q8_0 cache) into the stream's
+ * partials; scores: its scratch, the quantized Q after the scores. */
+static void fa32_all(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3, int64_t ic0,
+                     int64_t ic1, float *scores, float *partials, int64_t nth, int64_t ith) {
   le_fa_row r[LE_FA32_MAX_HEADS];
   float *pt[LE_FA32_MAX_HEADS];
   const float *q[LE_FA32_MAX_HEADS];
   for (int64_t h = 0; h < s->neq2; h++) {
-    r[h] = fa_row_of(n, s, iq1, h, 0, NULL, NULL, ic0);
+    r[h] = fa_row_of(n, s, iq1, h, iq3, NULL, NULL, ic0);
     pt[h] = partials + (h * nth + ith) * (2 + s->DV);
-    q[h] = (const float *)fa_at(&n->src[0], iq1, h, 0);
+    q[h] = (const float *)fa_at(&n->src[0], iq1, h, iq3);
   }
   if (n->src[1].type == LE_TYPE_Q8_0) {
     const int64_t chunk = (s->nek1 + nth - 1) / nth; /* the scratch's */
@@ -371,10 +374,11 @@ static void fa_heads_rows_q8(const le_node *n, const fa_shape *s, le_fa_heads32_
   for (int t = 0; t < nh; t++) fa_write_row(n, s->DV, iq1, h0 + t, iq3, VKQ[t], S[t]);
 }
 
-/* ggml_flash_attn_ext_reduce_partials: heads ith, ith + nth, ... */
+/* ggml_flash_attn_ext_reduce_partials of query row iq1 of stream iq3:
+ * heads ith, ith + nth, ... */
 static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_params *p,
                       const float *partials, int64_t chunk, int64_t cells, int64_t iq1,
-                      float *work) {
+                      int64_t iq3, float *work) {
   const int64_t DV = s->DV, nth = p->nth, psize = 2 + DV;
   for (int64_t h = p->ith; h < s->neq2; h += nth) {
     float Mf = -INFINITY, Sf = 0.0f;
@@ -392,41 +396,51 @@ static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_para
       Mf = Mn;
     }
     if (Sf != 0.0f) fa_scale_f32(DV, VKQ, 1.0f / Sf);
-    memcpy(fa_dst_row(n, iq1, h, 0), VKQ, (size_t)DV * 4);
+    memcpy(fa_dst_row(n, iq1, h, iq3), VKQ, (size_t)DV * 4);
   }
 }
 
-/* Cells of query row iq1 up to its last one the mask leaves (-inf in f16 is
- * 0xfc00): a causal prompt row's later cells add nothing. Only for a mask
+/* Cells of query row iq1 of stream iq3 up to its last one the mask leaves
+ * (-inf in f16 is 0xfc00): a causal prompt row's later cells add nothing,
+ * nor the cells past a sequence's end in a batch's window. Only for a mask
  * shared by every head. */
-static int64_t fa32_cells(const le_node *n, const fa_shape *s, int64_t iq1) {
+static int64_t fa32_cells(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3) {
   const le_tensor *m = n->n_src > 3 && n->src[3].data ? &n->src[3] : NULL;
   int64_t len = s->nek1;
-  if (!m || m->ne[2] != 1 || m->ne[3] != 1) return len;
-  const uint16_t *mp = fa_mask_row(n, iq1, 0, 0);
+  if (!m || m->ne[2] != 1) return len;
+  const uint16_t *mp = fa_mask_row(n, iq1, 0, iq3);
   while (len > 0 && mp[len - 1] == 0xfc00) len--;
   return len;
 }
 
 /* The f32 kernel over query rows one at a time: each row's cells split
- * over the threads, its partials merged before the next row takes them. */
+ * over the threads, its partials merged before the next row takes them.
+ * Streams (one per sequence of a batch) go side by side: every stream's
+ * row iq1, then one barrier, then their merges. A stream's chunks are
+ * those of a node of that stream alone, so a sequence gets the same bits
+ * in a batch as alone. */
 static void fa32_rows(const le_node *n, const fa_shape *s, const le_compute_params *p,
                       float *dots, float *partials, float *work) {
-  const int64_t nth = p->nth, psize = 2 + s->DV;
+  const int64_t nth = p->nth, psize = 2 + s->DV, stream = s->neq2 * nth * psize;
   for (int64_t iq1 = 0; iq1 < s->N; iq1++) {
-    const int64_t len = fa32_cells(n, s, iq1), chunk = (len + nth - 1) / nth;
-    const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, len);
-    if (ic0 < len) {
-      fa32_all(n, s, iq1, ic0, ic1, dots, partials, nth, p->ith);
-    } else { /* a thread past the cells: partials that add nothing */
-      for (int64_t h = 0; h < s->neq2; h++) {
-        float *pt = partials + (h * nth + p->ith) * psize;
+    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++) {
+      const int64_t len = fa32_cells(n, s, iq1, iq3), chunk = (len + nth - 1) / nth;
+      const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, len);
+      if (ic0 < len) {
+        fa32_all(n, s, iq1, iq3, ic0, ic1, dots, partials + iq3 * stream, nth, p->ith);
+        continue;
+      }
+      for (int64_t h = 0; h < s->neq2; h++) { /* a thread past the cells: partials that add nothing */
+        float *pt = partials + iq3 * stream + (h * nth + p->ith) * psize;
         pt[0] = -INFINITY;
         pt[1] = 0.0f;
       }
     }
     if (nth > 1) le_barrier(p->ctx);
-    fa_reduce(n, s, p, partials, chunk, len, iq1, work);
+    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++) {
+      const int64_t len = fa32_cells(n, s, iq1, iq3), chunk = (len + nth - 1) / nth;
+      fa_reduce(n, s, p, partials + iq3 * stream, chunk, len, iq1, iq3, work);
+    }
     if (nth > 1 && iq1 + 1 < s->N) le_barrier(p->ctx); /* the partials are taken again */
   }
 }
@@ -478,7 +492,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
       }
     }
     if (nth > 1) le_barrier(p->ctx);
-    fa_reduce(n, &s, p, partials, chunk, s.nek1, 0, work);
+    fa_reduce(n, &s, p, partials, chunk, s.nek1, 0, 0, work);
     return;
   }
 

@@ -93,7 +93,9 @@ export interface ContextOptions {
    * The arithmetic of flash attention. "default": ggml-cpu's, bit for bit
    * (V accumulated in f16, rounded at every cache cell). "f32": the nodes
    * carry GGML_PREC_F32, and the CPU backend's one-token steps over 32 or
-   * more cells take a kernel that accumulates in f32 in its own order —
+   * more cells (also each sequence's of a batch with one KV stream per
+   * sequence, bit for bit as alone) take a kernel that accumulates in f32
+   * in its own order —
    * faster (2-5x for the attention of a 1.1B model on Zen 4, from 32 to 2048
    * cells), and no longer llama.cpp's bits
    * (kernels/PARITY.md section 31). Over a `kvType: "q8_0"` cache the
