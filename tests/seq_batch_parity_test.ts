@@ -322,7 +322,7 @@ Deno.test("4 sequences in one batch, one KV stream each: tolstoy-6m f16, flash a
   });
 });
 
-Deno.test("4 sequences in one batch: random llama (GQA, heads of 64), q8_0 cache, flash attention", async () => {
+Deno.test("4 sequences in one batch: random llama (GQA, heads of 64), q8_0 and f16 caches, flash attention", async () => {
   Deno.mkdirSync(join(ROOT, ".cache", "seq-batch"), { recursive: true });
   await writeRandomLlama(RANDOM_64_PATH, {
     ...RANDOM_64_SHAPE,
@@ -333,6 +333,11 @@ Deno.test("4 sequences in one batch: random llama (GQA, heads of 64), q8_0 cache
     flashAttn: true,
   });
   await checkModel("random llama, heads of 64, q8_0 fa, kvUnified false", RANDOM_64_PATH, "q8_0", {
+    flashAttn: true,
+    kvUnified: false,
+  });
+  // over F16 with a stream each: every stream's heads of one K/V head together (fa_heads_rows)
+  await checkModel("random llama, heads of 64, f16 fa, kvUnified false", RANDOM_64_PATH, "f16", {
     flashAttn: true,
     kvUnified: false,
   });

@@ -266,27 +266,28 @@ static le_f16_rows_fn fa_dots_fn(const le_node *n, const fa_shape *s) {
 }
 
 /* Whether a one-row decode (one query row, fewer cells than the split
- * path takes: ggml's per-row path) takes its kq dots beforehand by the row
- * kernel, as the split path does: the same chain per dot, so the same bits,
- * a K head's query heads together instead of one dot call per cell. */
+ * path takes, or one KV stream per sequence: ggml's per-row path) takes
+ * its kq dots beforehand by the row kernel, as the split path does: the
+ * same chain per dot, so the same bits, a K head's query heads together
+ * instead of one dot call per cell. */
 static int fa_row_dots(const le_node *n) {
   const le_tensor *q = &n->src[0], *k = &n->src[1];
-  return q->ne[1] == 1 && q->ne[3] == 1 && k->ne[3] == 1 && q->type == LE_TYPE_F32 &&
+  return q->ne[1] == 1 && k->ne[3] == q->ne[3] && q->type == LE_TYPE_F32 &&
          k->type == LE_TYPE_F16 && q->ne[2] % k->ne[2] == 0 && !le_flash_attn_split(n) &&
          le_f16_rows(k->ne[0], 1, (q->ne[2] / k->ne[2]) % 4 == 0) != NULL;
 }
 
 /* dots[j * (ic1 - ic0) + ic - ic0]: the kq dot of query head h0 + j
- * (j < rk2, the heads of one K head) and cell ic, Q converted to f16 as
- * fa_one_row converts it. */
+ * (j < rk2, the heads of one K head) of stream iq3 and cell ic, Q
+ * converted to f16 as fa_one_row converts it. */
 static void fa_split_dots(const le_node *n, const fa_shape *s, le_f16_rows_fn rows, int64_t h0,
-                          int64_t ic0, int64_t ic1, float *dots) {
+                          int64_t iq3, int64_t ic0, int64_t ic1, float *dots) {
   const le_tensor *q = &n->src[0], *k = &n->src[1];
   const int64_t nc = ic1 - ic0, g = s->rk2, DK = s->DK;
   uint16_t *Qh = (uint16_t *)(dots + g * nc);
   for (int64_t j = 0; j < g; j++)
-    le_fp32_to_fp16_row((const float *)fa_at(q, 0, h0 + j, 0), Qh + j * DK, DK);
-  const char *kb = fa_at(k, ic0, h0 / g, 0);
+    le_fp32_to_fp16_row((const float *)fa_at(q, 0, h0 + j, iq3), Qh + j * DK, DK);
+  const char *kb = fa_at(k, ic0, h0 / g, iq3);
   for (int64_t j = 0; j < g;) {
     const int ny = g - j >= 4 ? 4 : 1;
     const void *ys[4];
@@ -302,13 +303,13 @@ static void fa_split_dots(const le_node *n, const fa_shape *s, le_f16_rows_fn ro
  * precomputed (dots + j * (ic1 - ic0)), by a kernel that takes the heads
  * together (le_fa_cells_f16_heads). vkq: room for nh f16 rows of DV. */
 static void fa_rows_heads(const le_node *n, const fa_shape *s, le_fa_heads_fn heads, int nh,
-                          int64_t h0, int64_t ic0, int64_t ic1, const float *dots,
+                          int64_t h0, int64_t iq3, int64_t ic0, int64_t ic1, const float *dots,
                           float *const *pt, uint16_t *vkq) {
   le_fa_row r[4] = {{0}};
   uint16_t *V16[4] = {0};
   float S[4], M[4];
   for (int j = 0; j < nh; j++) {
-    r[j] = fa_row_of(n, s, 0, h0 + j, 0, NULL, dots + j * (ic1 - ic0), ic0);
+    r[j] = fa_row_of(n, s, 0, h0 + j, iq3, NULL, dots + j * (ic1 - ic0), ic0);
     V16[j] = vkq + j * s->DV;
     memset(V16[j], 0, (size_t)s->DV * 2);
     S[j] = 0.0f, M[j] = -INFINITY;
@@ -346,11 +347,12 @@ static void fa32_all(const le_node *n, const fa_shape *s, int64_t iq1, int64_t i
  * fa_rows_heads: the heads' chains overlap, and each is fa_one_row's (the
  * same cell kernel, the same normalization), so the same bits. */
 static void fa_heads_rows(const le_node *n, const fa_shape *s, le_fa_heads_fn heads, int nh,
-                          int64_t h0, const float *dots, float *work, uint16_t *vkq) {
+                          int64_t h0, int64_t iq3, const float *dots, float *work,
+                          uint16_t *vkq) {
   float *pt[4];
   for (int t = 0; t < nh; t++) pt[t] = work + t * (2 + s->DV);
-  fa_rows_heads(n, s, heads, nh, h0, 0, s->nek1, dots, pt, vkq);
-  for (int t = 0; t < nh; t++) fa_write_row(n, s->DV, 0, h0 + t, 0, pt[t] + 2, pt[t][1]);
+  fa_rows_heads(n, s, heads, nh, h0, iq3, 0, s->nek1, dots, pt, vkq);
+  for (int t = 0; t < nh; t++) fa_write_row(n, s->DV, 0, h0 + t, iq3, pt[t] + 2, pt[t][1]);
 }
 
 /* fa_one_row of query heads h0 .. h0+nh-1 of token iq1 (stream iq3) over a
@@ -481,14 +483,14 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
         pt[1] = 0.0f;
         continue;
       }
-      if (rows && h % s.rk2 == 0) fa_split_dots(n, &s, rows, h, ic0, ic1, dots);
+      if (rows && h % s.rk2 == 0) fa_split_dots(n, &s, rows, h, 0, ic0, ic1, dots);
       const float *hd = rows ? dots + (h % s.rk2) * (ic1 - ic0) : NULL;
       if (!grouped) {
         fa_one_row(n, &s, h, ic0, ic1, work, pt, hd);
       } else if (h % gh == 0) {
         float *pts[4];
         for (int j = 0; j < gh; j++) pts[j] = partials + ((h + j) * nth + p->ith) * psize;
-        fa_rows_heads(n, &s, heads, gh, h, ic0, ic1, hd, pts, vkq);
+        fa_rows_heads(n, &s, heads, gh, h, 0, ic0, ic1, hd, pts, vkq);
       }
     }
     if (nth > 1) le_barrier(p->ctx);
@@ -532,9 +534,11 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
     }
     for (int64_t ir = r0; ir < r1;) {
       const int64_t j = ir % s.rk2;
-      if (rows && (ir == r0 || j == 0)) fa_split_dots(n, &s, rows, ir - j, 0, s.nek1, dots);
+      const int64_t h = ir % s.neq2, iq3 = ir / s.neq2; /* one token: rows are (head, stream) */
+      if (rows && (ir == r0 || j == 0)) fa_split_dots(n, &s, rows, h - j, iq3, 0, s.nek1, dots);
       if (heads && s.rk2 % gh == 0 && ir % gh == 0 && ir + gh <= r1) {
-        fa_heads_rows(n, &s, heads, gh, ir, dots + j * s.nek1, work, (uint16_t *)(dots - 2 * s.DV));
+        fa_heads_rows(n, &s, heads, gh, h, iq3, dots + j * s.nek1, work,
+                      (uint16_t *)(dots - 2 * s.DV));
         ir += gh;
         continue;
       }
