@@ -8,7 +8,8 @@
  * (a flat curve: the second is not above the first).
  *
  *   deno task bench:server [--model FILE] [--clients 1,16] [--seconds 20] [--tokens 64]
- *     [--cancel 0.1] [--warmup 10] [--profile DIR] [--flash-attn] [--kv-unified] [--threads N]
+ *     [--cancel 0.1] [--warmup 10] [--profile DIR] [--flash-attn [--fa-f32]] [--kv-unified]
+ *     [--threads N]
  *
  * `--cancel` is the share of requests a client drops mid-stream (they must
  * end cleanly and free their slots); `--profile DIR` writes the server's
@@ -34,6 +35,9 @@ const SPEC = {
     "flash-attn": flag.boolean({
       aliases: ["fa"],
       description: "serve with flash attention (llama-server's CPU default)",
+    }),
+    "fa-f32": flag.boolean({
+      description: "with --flash-attn: the f32 kernels (serve --fa-precision f32)",
     }),
     threads: flag.int({ min: 1, description: "the server's CPU threads (default: its own)" }),
     "kv-unified": flag.boolean({
@@ -120,6 +124,7 @@ if (import.meta.main) {
       const proc = new Deno.Command(Deno.execPath(), {
         args: ["run", "-A", ...prof, serve, "--model", a.model, "--port", "0", "--parallel"]
           .concat([String(Math.max(...counts))], a["flash-attn"] ? ["--flash-attn"] : [])
+          .concat(a["fa-f32"] ? ["--fa-precision", "f32"] : [])
           .concat(a["kv-unified"] ? ["--kv-unified"] : [])
           .concat(a.threads ? ["--threads", String(a.threads)] : []),
         stdout: "piped",
