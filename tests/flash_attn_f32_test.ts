@@ -349,24 +349,29 @@ for (const { level, name, has, kernel } of LEVELS) {
 // (section 32) both sides quantize q alike and accumulate V in f32: only
 // the order of adding is left, and the same bound holds.
 const LOGIT_TOL = 0.05;
-async function atDepth(kvType: "f16" | "q8_0", ran: boolean): Promise<void> {
+
+/** tolstoy-6m in llama.cpp's flash attention and in ours at f32, same options. */
+async function f32Pair(
+  kvType: "f16" | "q8_0",
+  opts: { nCtx: number; nBatch: number; threads: number; nSeqMax?: number; kvUnified?: boolean },
+) {
   const oracle = await loadOracle();
-  const opts = { nCtx: 1024, nBatch: 256, threads: 2 };
   const type = kvType === "f16" ? 1 : 8; // ggml type ids
-  using om = oracle.load(TOLSTOY_F16);
-  using oc = await OracleBatchContext.create(om, {
-    ...opts,
-    typeK: type,
-    typeV: type,
-    flashAttn: true,
-  });
-  using model = await Model.load(TOLSTOY_F16);
-  using ctx = await Context.create(model, {
-    ...opts,
-    flashAttn: true,
-    flashAttnPrecision: "f32",
-    kvType,
-  });
+  const stack = new DisposableStack();
+  const om = stack.use(oracle.load(TOLSTOY_F16));
+  const oc = stack.use(
+    await OracleBatchContext.create(om, { ...opts, typeK: type, typeV: type, flashAttn: true }),
+  );
+  const model = stack.use(await Model.load(TOLSTOY_F16));
+  const ctx = stack.use(
+    await Context.create(model, { ...opts, flashAttn: true, flashAttnPrecision: "f32", kvType }),
+  );
+  return { om, oc, ctx, [Symbol.dispose]: () => stack.dispose() };
+}
+
+async function atDepth(kvType: "f16" | "q8_0", ran: boolean): Promise<void> {
+  using pair = await f32Pair(kvType, { nCtx: 1024, nBatch: 256, threads: 2 });
+  const { om, oc, ctx } = pair;
   const r = mulberry32(7);
   const prompt = Array.from({ length: 700 }, () => 3 + Math.floor(r() * (om.nVocab - 3)));
   let pos = 0;
@@ -417,24 +422,15 @@ Deno.test("flashAttnPrecision f32 over a Q8_0 cache: tolstoy-6m at depth 700 aga
 // (the server's default layout): each stream's attention takes the kernel,
 // and every sequence is held to llama.cpp's batch as at depth above.
 async function streamsAtDepth(kvType: "f16" | "q8_0", ran: boolean): Promise<void> {
-  const oracle = await loadOracle();
   const nSeq = 4;
-  const opts = { nCtx: 4 * 256, nBatch: 1024, nSeqMax: nSeq, kvUnified: false, threads: 2 };
-  const type = kvType === "f16" ? 1 : 8;
-  using om = oracle.load(TOLSTOY_F16);
-  using oc = await OracleBatchContext.create(om, {
-    ...opts,
-    typeK: type,
-    typeV: type,
-    flashAttn: true,
+  using pair = await f32Pair(kvType, {
+    nCtx: 4 * 256,
+    nBatch: 1024,
+    nSeqMax: nSeq,
+    kvUnified: false,
+    threads: 2,
   });
-  using model = await Model.load(TOLSTOY_F16);
-  using ctx = await Context.create(model, {
-    ...opts,
-    flashAttn: true,
-    flashAttnPrecision: "f32",
-    kvType,
-  });
+  const { om, oc, ctx } = pair;
   const r = mulberry32(11);
   // prompts of different lengths: the streams' windows differ
   const prompts = [200, 150, 90, 40].map((len) =>
