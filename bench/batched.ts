@@ -7,7 +7,7 @@
  *
  *   deno task bench:batched [--model FILE[,FILE]] [--threads 2] [--parallel 1,4,8,16]
  *     [--pp 128] [--tg 32] [--reps 3] [--chat 512] [--engines llm-edge,llama.cpp]
- *     [--kvu on|off|both]
+ *     [--kvu on|off|both] [--flash-attn [--fa-f32]]
  *
  * Each engine runs in its own child process per repetition (peak RSS is its
  * own), the repetitions alternate between the engines, medians and the
@@ -15,7 +15,8 @@
  * run (which includes the benchmark's own threads) and the other processes
  * runnable before it; a ratio is withheld (and the reason printed) when the spread or the
  * load makes it meaningless. Both engines get the same threads and batches,
- * an F16 KV cache, no flash attention, and the same KV layout: `--kvu on`
+ * an F16 KV cache, flash attention or not (`--flash-attn`; `--fa-f32`: ours
+ * with flashAttnPrecision "f32", llama.cpp's arithmetic unchanged), and the same KV layout: `--kvu on`
  * one pool over all sequences (llama.cpp's kv_unified, the default), `off`
  * one stream per sequence, `both` each engine with each (interleaved too). The greedy tokens of both are compared up to llama.cpp's first
  * near-tie (printed, never fatal).
@@ -119,6 +120,8 @@ async function runChild(engine: Engine, a: ChildArgs): Promise<Run> {
       String(a.chat),
       "--kvu",
       kvu,
+      ...(a.flashAttn ? ["--flash-attn"] : []),
+      ...(a.faF32 ? ["--fa-f32"] : []),
     ],
     stdout: "piped",
     stderr: "inherit",
@@ -253,7 +256,8 @@ async function benchModel(
   }
   console.log(
     `\n## ${name}  threads=${a.threads} pp=${a.pp} tg=${a.tg} nBatch=${a.nBatch} ` +
-      `nUbatch=${a.nUbatch} reps=${reps}  (medians, min–max; load = 1-min load average ` +
+      `nUbatch=${a.nUbatch}${a.flashAttn ? ` flash-attn${a.faF32 ? " (ours f32)" : ""}` : ""} ` +
+      `reps=${reps}  (medians, min–max; load = 1-min load average ` +
       `before/after each run, ${cores()} cores)`,
   );
   // The load average counts this benchmark's own threads; what matters is
@@ -431,6 +435,13 @@ const SPEC = {
       description: "KV layout, both engines: one unified pool (on, llama.cpp's kv_unified), " +
         "one stream per sequence (off), or each of them (both)",
     }),
+    "flash-attn": flag.boolean({
+      aliases: ["fa"],
+      description: "both engines with flash attention (llama.cpp's CPU default)",
+    }),
+    "fa-f32": flag.boolean({
+      description: 'with --flash-attn: ours with flashAttnPrecision "f32" (not llama.cpp\'s bits)',
+    }),
     child: flag.choice([...ENGINES], { description: "internal: run one engine, print JSON" }),
   },
 };
@@ -452,6 +463,7 @@ export function main(args: string[]): Promise<number> {
       if (!ENGINES.includes(e)) throw new UsageError(`--engines: unknown engine '${e}'`);
     }
     if (v.ubatch > v.batch) throw new UsageError(`--ubatch ${v.ubatch} exceeds --batch ${v.batch}`);
+    if (v["fa-f32"] && !v["flash-attn"]) throw new UsageError("--fa-f32 needs --flash-attn");
     const base = {
       threads: v.threads,
       parallel,
@@ -461,6 +473,8 @@ export function main(args: string[]): Promise<number> {
       nUbatch: v.ubatch,
       chat: v.chat,
       kvUnified: v.kvu !== "off",
+      flashAttn: v["flash-attn"],
+      faF32: v["fa-f32"],
     };
     if (v.child) {
       if (!v.model) throw new UsageError("--child needs --model");

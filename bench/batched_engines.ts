@@ -33,6 +33,10 @@ export interface ChildArgs {
   chat: number;
   /** One KV pool over all sequences (kv_unified), or one stream per sequence; both engines. */
   kvUnified: boolean;
+  /** Flash attention, both engines. */
+  flashAttn: boolean;
+  /** Ours with flashAttnPrecision "f32" (with flashAttn). */
+  faF32: boolean;
 }
 
 /** Where our decode time went (llm-edge only). */
@@ -298,6 +302,8 @@ export async function childOurs(a: ChildArgs, viaSequences: boolean): Promise<Ch
       threads: a.threads,
       kvType: "f16",
       kvUnified: a.kvUnified,
+      flashAttn: a.flashAttn,
+      ...(a.faF32 ? { flashAttnPrecision: "f32" as const } : {}),
     });
     const seqs = viaSequences ? Array.from({ length: n }, () => ctx.sequence()) : [];
     const profiles = { pp: emptyProfile(), tg: emptyProfile() };
@@ -368,6 +374,7 @@ export async function childLlama(a: ChildArgs): Promise<ChildResult> {
       nSeqMax: n,
       threads: a.threads,
       kvUnified: a.kvUnified,
+      flashAttn: a.flashAttn,
     });
     const engine: LevelEngine = {
       decode(b) {
