@@ -318,6 +318,12 @@ LE_TARGET_AVX512 static void fa_cells_f16_heads2(const le_fa_row *r, int64_t ic0
                                                  uint16_t *const *VKQ16, float *pS, float *pM) {
   fa_cells_heads(8, 2, r, ic0, ic1, VKQ16, pS, pM);
 }
+/* Heads of 32 (tolstoy-6m: two query heads per K/V head) in pairs. */
+LE_TARGET_AVX512 static void fa_cells_f16_heads2x32(const le_fa_row *r, int64_t ic0,
+                                                    int64_t ic1, uint16_t *const *VKQ16,
+                                                    float *pS, float *pM) {
+  fa_cells_heads(2, 2, r, ic0, ic1, VKQ16, pS, pM);
+}
 
 /* The cells of NH query heads that share one Q8_0 V head, with ggml's f32
  * accumulator (VKQ32) held in registers: each block's scalar steps per head
@@ -448,6 +454,7 @@ le_fa_heads32_fn le_fa_cells_q8_heads(int64_t DV, int *nh) {
 le_fa_heads_fn le_fa_cells_f16_heads(int64_t DV, int *nh) {
   if (le_simd() == LE_SIMD_AVX512 && DV == 64) return *nh = 4, fa_cells_f16_heads4;
   if (le_simd() == LE_SIMD_AVX512 && DV == 128) return *nh = 2, fa_cells_f16_heads2;
+  if (le_simd() == LE_SIMD_AVX512 && DV == 32) return *nh = 2, fa_cells_f16_heads2x32;
   return NULL;
 }
 
