@@ -9,7 +9,9 @@
  *   /tmp/attn [depth=2048] [threads=2] [reps=50] [layers=22] [fa|fa32|unfused] [avx2]
  *
  * ATTN_Q8=1: K and V in Q8_0 (fa, fa32); ATTN_SHARED=1: every layer on
- * layer 0's cache (in cache: the arithmetic alone).
+ * layer 0's cache (in cache: the arithmetic alone); ATTN_COLD=1: 256 MiB
+ * read between repetitions, untimed, as the engine's weights evict K and V
+ * between two tokens (the cache is otherwise warm in L3 from the last).
  *
  * `fa32` is `fa` with the node's precision GGML_PREC_F32 (flash_attn_f32.c).
  * `avx2` runs the AVX2 kernels (le_set_simd_level) on an AVX-512 CPU.
@@ -133,7 +135,15 @@ int main(int argc, char **argv) {
   }
   le_ctx *ctx = le_ctx_new(threads);
   double *t = calloc((size_t)reps, sizeof(double));
+  const int cold = getenv("ATTN_COLD") && atoi(getenv("ATTN_COLD"));
+  const size_t flush_n = cold ? ((size_t)256 << 20) / 8 : 0;
+  uint64_t *flush = cold ? le_alloc(flush_n * 8, 64) : NULL;
+  volatile uint64_t sink = 0;
+  for (size_t i = 0; i < flush_n; i++) flush[i] = i;
   for (int r = -3; r < reps; r++) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < flush_n; i += 8) sum += flush[i];
+    sink += sum;
     const double t0 = now();
     if (le_graph_compute(ctx, nodes, (fa ? 1 : 3) * LAYERS)) {
       fprintf(stderr, "compute failed: %s\n", le_ctx_error(ctx));
