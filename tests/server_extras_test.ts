@@ -387,3 +387,35 @@ Deno.test("server extras: sequences stepping together share every decode", async
     for (const s of seqs) s[Symbol.dispose]();
   }
 });
+
+// flashAttnPrecision "f32" with a KV stream per slot (the default layout):
+// several slots' decode steps take the f32 kernel stream by stream
+// (flash_attn_f32_test holds its bits); through the server, 8 requests at
+// once keep generateText's greedy text on a context with the same options.
+Deno.test({
+  name: "server extras: f32 flash attention, 8 requests at once equal generateText",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn() {
+    using lm = await Model.load(MODEL);
+    const fa = { flashAttn: true, flashAttnPrecision: "f32" as const };
+    const prompts = ["The old prince", "Natasha said", "Pierre looked at", "In the morning"]
+      .concat(["The soldiers", "Princess Mary", "He was", "Moscow"]);
+    const want: string[] = [];
+    for (const p of prompts) {
+      using ctx = await Context.create(lm, { nCtx: SLOT, ...fa });
+      want.push((await generateText(ctx, p, { temperature: 0, maxTokens: 40 })).text);
+    }
+    const s = await serve(createHandler({ model: lm, parallel: 8, ctxSize: 8 * SLOT, ...fa }));
+    try {
+      const got = await Promise.all(
+        prompts.map((prompt) =>
+          s.client.completions.create({ model, prompt, max_tokens: 40, temperature: 0 })
+        ),
+      );
+      assert.deepEqual(got.map((r) => r.choices[0].text), want);
+    } finally {
+      await s.close();
+    }
+  },
+});
