@@ -163,76 +163,26 @@ for (const { level, name, has, kernel } of LEVELS) {
 // same order: the kernel must differ from its bits (it ran) and be no
 // worse. Elsewhere, the default path's bits.
 const { Q8_0 } = GGMLType;
+/** Case `c` over a Q8_0 cache (`over`: what differs). */
+const q8 = (c: FaCase, over: Partial<FaCase> = {}): FaCase => ({
+  ...c,
+  kvType: Q8_0,
+  name: `q8_0 ${c.name}`,
+  ...over,
+});
+const [heads64, heads128, heads32, , alibi, , cells40] = CASES;
 const Q8_CASES: FaCase[] = [
-  {
-    ...base,
-    kvType: Q8_0,
-    name: "q8_0 heads 32/4 of 64",
-    d: 64,
-    nHead: 32,
-    nHeadKv: 4,
-    nKv: 1024,
-    threads: 2,
-  },
-  {
-    ...base,
-    kvType: Q8_0,
-    name: "q8_0 heads 8/2 of 128",
-    d: 128,
-    nHead: 8,
-    nHeadKv: 2,
-    nKv: 700,
-    threads: 3,
-  },
-  {
-    ...base,
-    kvType: Q8_0,
-    name: "q8_0 heads 8/4 of 32, sparse",
-    d: 32,
-    nHead: 8,
-    nHeadKv: 4,
-    nKv: 600,
-    mask: "sparse",
-    threads: 2,
-  },
-  {
-    ...base,
-    kvType: Q8_0,
-    name: "q8_0 ALiBi",
-    d: 64,
-    nHead: 8,
-    nHeadKv: 1,
-    nKv: 520,
-    threads: 2,
-    maxBias: 8,
-  },
-  {
-    ...base,
-    kvType: Q8_0,
-    name: "q8_0 40 cells",
-    d: 32,
-    nHead: 8,
-    nHeadKv: 4,
-    nKv: 40,
-    threads: 2,
-  },
+  q8(heads64),
+  q8(heads128),
+  q8(heads32, { name: "q8_0 heads 8/4 of 32, sparse" }),
+  q8(alibi),
+  q8(cells40, { mask: "causal" }),
   // a prompt's rows: over a Q8_0 cache (no tiled path) one at a time, each
   // over the cells its causal mask leaves, one with fewer cells than threads
-  {
+  q8({ ...base, name: "9 rows, causal", d: 64, nHead: 8, nHeadKv: 2, nKv: 300, n: 9, threads: 3 }),
+  q8({
     ...base,
-    kvType: Q8_0,
-    name: "q8_0 9 rows, causal",
-    d: 64,
-    nHead: 8,
-    nHeadKv: 2,
-    nKv: 300,
-    n: 9,
-    threads: 3,
-  },
-  {
-    ...base,
-    kvType: Q8_0,
-    name: "q8_0 5 rows, short",
+    name: "5 rows, short",
     d: 32,
     nHead: 8,
     nHeadKv: 4,
@@ -240,7 +190,7 @@ const Q8_CASES: FaCase[] = [
     n: 5,
     threads: 4,
     mask: "sparse",
-  },
+  }),
 ];
 const vnni = (() => {
   try {
@@ -298,7 +248,7 @@ const STREAM_CASES: FaCase[] = [
     mask: "sparse",
   },
 ];
-const Q8_STREAM_CASES = STREAM_CASES.map((c) => ({ ...c, kvType: Q8_0, name: `q8_0 ${c.name}` }));
+const Q8_STREAM_CASES = STREAM_CASES.map((c) => q8(c));
 
 /** Each stream's rows of `got` equal a node of that stream alone, bit for bit. */
 async function streamsAlone(c: FaCase, got: Float32Array, o: Operands, cpu: CpuBackend) {

@@ -377,17 +377,16 @@ static void fa_heads_rows_q8(const le_node *n, const fa_shape *s, le_fa_heads32_
 }
 
 /* ggml_flash_attn_ext_reduce_partials of query row iq1 of stream iq3:
- * heads ith, ith + nth, ... */
+ * heads ith, ith + nth, ... A thread whose chunk held no cells wrote
+ * (-inf, 0) partials, which S = 0 skips as it skips a wholly masked one. */
 static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_params *p,
-                      const float *partials, int64_t chunk, int64_t cells, int64_t iq1,
-                      int64_t iq3, float *work) {
+                      const float *partials, int64_t iq1, int64_t iq3, float *work) {
   const int64_t DV = s->DV, nth = p->nth, psize = 2 + DV;
   for (int64_t h = p->ith; h < s->neq2; h += nth) {
     float Mf = -INFINITY, Sf = 0.0f;
     float *VKQ = work;
     memset(VKQ, 0, (size_t)DV * 4);
     for (int64_t c = 0; c < nth; c++) {
-      if (c * chunk >= cells) continue;
       const float *pt = partials + (h * nth + c) * psize;
       const float Mc = pt[0], Sc = pt[1];
       if (Sc == 0.0f) continue;
@@ -439,10 +438,8 @@ static void fa32_rows(const le_node *n, const fa_shape *s, const le_compute_para
       }
     }
     if (nth > 1) le_barrier(p->ctx);
-    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++) {
-      const int64_t len = fa32_cells(n, s, iq1, iq3), chunk = (len + nth - 1) / nth;
-      fa_reduce(n, s, p, partials + iq3 * stream, chunk, len, iq1, iq3, work);
-    }
+    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++)
+      fa_reduce(n, s, p, partials + iq3 * stream, iq1, iq3, work);
     if (nth > 1 && iq1 + 1 < s->N) le_barrier(p->ctx); /* the partials are taken again */
   }
 }
@@ -494,7 +491,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
       }
     }
     if (nth > 1) le_barrier(p->ctx);
-    fa_reduce(n, &s, p, partials, chunk, s.nek1, 0, 0, work);
+    fa_reduce(n, &s, p, partials, 0, 0, work);
     return;
   }
 

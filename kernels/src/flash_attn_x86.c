@@ -115,6 +115,20 @@ fa_block_steps(const le_fa_row *r, int64_t c0, int nc, fa_vexpf_fn vexpf, float 
   *pM = M, *pS = S;
 }
 
+/* fa_block_steps of NH query heads that share a V head over cells
+ * [c0, c0 + nc), each V row's first row_bytes prefetched before (the rows
+ * are read after the scalar steps; 0: none). */
+LE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+fa_heads_block_steps(const int NH, const le_fa_row *r, int64_t c0, int nc, int64_t row_bytes,
+                     fa_vexpf_fn vexpf, float *M, float *S, uint8_t (*use)[FA_CELL_BLOCK],
+                     float (*msb)[FA_CELL_BLOCK], float (*vsb)[FA_CELL_BLOCK]) {
+  for (int c = 0; c < nc; c++)
+    for (int64_t o = 0; o < row_bytes; o += 64)
+      __builtin_prefetch(r[0].vb + (c0 + c) * r[0].vst + o, 0, 3);
+  for (int h = 0; h < NH; h++)
+    fa_block_steps(&r[h], c0, nc, vexpf, &M[h], &S[h], use[h], msb[h], vsb[h]);
+}
+
 /* The cell loop on the F16C levels: the steps above, VKQ16 in memory.
  * Cell by cell, so that each cell's scalar steps overlap the previous
  * cell's VKQ16 update (a store, then a load of the same row); taken in
@@ -265,12 +279,7 @@ fa_cells_heads(const int NV, const int NH, const le_fa_row *r, int64_t ic0, int6
     const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
     float vsb[4][FA_CELL_BLOCK], msb[4][FA_CELL_BLOCK];
     uint8_t use[4][FA_CELL_BLOCK];
-    /* the block's V rows are read after its scalar steps: ask for them first */
-    for (int c = 0; c < nc; c++)
-      for (int64_t o = 0; o < 2 * 16 * NV; o += 64)
-        __builtin_prefetch(r[0].vb + (c0 + c) * r[0].vst + o, 0, 3);
-    for (int h = 0; h < NH; h++)
-      fa_block_steps(&r[h], c0, nc, vexpf, &M[h], &S[h], use[h], msb[h], vsb[h]);
+    fa_heads_block_steps(NH, r, c0, nc, 2 * 16 * NV, vexpf, M, S, use, msb, vsb);
     for (int c = 0; c < nc; c++) {
       const uint16_t *x = (const uint16_t *)(const void *)(r[0].vb + (c0 + c) * r[0].vst);
       __m512 v[8];
@@ -348,11 +357,8 @@ fa_cells_heads_q8(const int NV, const int NH, const le_fa_row *r, int64_t ic0, i
     const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
     float vsb[4][FA_CELL_BLOCK], msb[4][FA_CELL_BLOCK];
     uint8_t use[4][FA_CELL_BLOCK];
-    for (int c = 0; c < nc; c++)
-      for (int64_t o = 0; o < NV / 2 * (int64_t)sizeof(le_block_q8_0); o += 64)
-        __builtin_prefetch(r[0].vb + (c0 + c) * r[0].vst + o, 0, 3);
-    for (int h = 0; h < NH; h++)
-      fa_block_steps(&r[h], c0, nc, vexpf, &M[h], &S[h], use[h], msb[h], vsb[h]);
+    fa_heads_block_steps(NH, r, c0, nc, NV / 2 * (int64_t)sizeof(le_block_q8_0), vexpf, M, S, use,
+                         msb, vsb);
     for (int c = 0; c < nc; c++) {
       int live = 0;
 #pragma GCC unroll 4
@@ -406,8 +412,7 @@ fa_cells_heads_q8_avx2(const int NH, const le_fa_row *r, int64_t ic0, int64_t ic
     const int nc = (int)LE_MIN((int64_t)FA_CELL_BLOCK, ic1 - c0);
     float vsb[4][FA_CELL_BLOCK], msb[4][FA_CELL_BLOCK];
     uint8_t use[4][FA_CELL_BLOCK];
-    for (int h = 0; h < NH; h++)
-      fa_block_steps(&r[h], c0, nc, vexpf, &pM[h], &pS[h], use[h], msb[h], vsb[h]);
+    fa_heads_block_steps(NH, r, c0, nc, 0, vexpf, pM, pS, use, msb, vsb);
     for (int c = 0; c < nc; c++) {
       int live = 0;
       for (int h = 0; h < NH; h++) live |= use[h][c];
