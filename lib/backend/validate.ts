@@ -84,18 +84,28 @@ function checkNode(node: ExecNode): void {
   if (why) fail(where, why);
 }
 
+// The SET_ROWS nodes checked by the current checkAllRowIds call (reused:
+// this runs before every compute, and a decode step should allocate nothing).
+const checked: ExecNode[] = [];
+
 /**
  * {@link checkRowIds} for every SET_ROWS node of `nodes`, once per ids
  * tensor and destination height (every layer's store reads the same ids).
  */
 export function checkAllRowIds(nodes: readonly ExecNode[]): void {
-  let done: ExecNode[] | null = null;
-  for (let i = 0; i < nodes.length; i++) {
-    const n = nodes[i];
-    if (n.op !== Op.SET_ROWS) continue;
-    if (done?.some((m) => sameIds(m, n))) continue;
-    checkRowIds(n);
-    (done ??= []).push(n);
+  checked.length = 0;
+  try {
+    for (let i = 0; i < nodes.length; i++) {
+      const n = nodes[i];
+      if (n.op !== Op.SET_ROWS) continue;
+      let seen = false;
+      for (let k = 0; k < checked.length && !seen; k++) seen = sameIds(checked[k], n);
+      if (seen) continue;
+      checkRowIds(n);
+      checked.push(n);
+    }
+  } finally {
+    checked.length = 0; // no node kept alive between calls
   }
 }
 
@@ -108,6 +118,13 @@ function sameIds(m: ExecNode, n: ExecNode): boolean {
   return true;
 }
 
+function badRowId(n: ExecNode, i: number, i1: number, i2: number, id: number): never {
+  fail(
+    n.name ? ` (${n.name})` : "",
+    `set_rows: ids[${i}, ${i1}, ${i2}] = ${id} outside the ${n.dst.ne[1]} rows of dst`,
+  );
+}
+
 /**
  * Checks the row ids of a SET_ROWS node against its destination's rows: its
  * kernel writes where they point, and they are data (an input refilled every
@@ -116,20 +133,15 @@ function sameIds(m: ExecNode, n: ExecNode): boolean {
  */
 export function checkRowIds(n: ExecNode): void {
   if (n.op !== Op.SET_ROWS) return;
-  const [a, ids] = n.src, rows = n.dst.ne[1];
+  const ids = n.src[1], rows = n.dst.ne[1];
   const bytes = ids.data.buffer.bytes;
   if (bytes.byteLength < ids.data.buffer.size) fail(n.name ? ` (${n.name})` : "", "ids unreadable");
-  const [n0, n1, n2] = [a.ne[1], ids.ne[1], ids.ne[2]];
-  const bad = (i: number, i1: number, i2: number, id: number): never =>
-    fail(
-      n.name ? ` (${n.name})` : "",
-      `set_rows: ids[${i}, ${i1}, ${i2}] = ${id} outside the ${rows} rows of dst`,
-    );
+  const n0 = n.src[0].ne[1], n1 = ids.ne[1], n2 = ids.ne[2];
   const at = bytes.byteOffset + ids.data.offset;
   if (n1 === 1 && n2 === 1 && (n0 <= 1 || ids.nb[0] === 4) && at % 4 === 0 && LITTLE_ENDIAN) {
     // One packed vector (the KV stores' ids): a typed-array scan.
     const v = new Int32Array(bytes.buffer, at, n0);
-    for (let i = 0; i < n0; i++) if (!(v[i] >= 0 && v[i] < rows)) bad(i, 0, 0, v[i]);
+    for (let i = 0; i < n0; i++) if (!(v[i] >= 0 && v[i] < rows)) badRowId(n, i, 0, 0, v[i]);
     return;
   }
   const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -138,7 +150,7 @@ export function checkRowIds(n: ExecNode): void {
       const base = ids.data.offset + i1 * ids.nb[1] + i2 * ids.nb[2];
       for (let i = 0; i < n0; i++) {
         const id = v.getInt32(base + i * ids.nb[0], true);
-        if (!(id >= 0 && id < rows)) bad(i, i1, i2, id);
+        if (!(id >= 0 && id < rows)) badRowId(n, i, i1, i2, id);
       }
     }
   }

@@ -31,34 +31,100 @@ const RE_WS = /^\p{White_Space}$/u;
 // Categories come from the generated Unicode 15.1 table (the version llama.cpp's
 // tables were built from); White_Space is a fixed list that has not changed
 // since Unicode 6 and all of it lies below U+3001, so the engine answers it.
-const FLAGS: Uint16Array = (() => {
-  const out = new Uint16Array(MAX_CODEPOINTS);
+// Two levels, as llama.cpp's table is one flat vector: blocks of 256 code
+// points, each stored once (most of the 4352 are one flag throughout), and an
+// index of blocks. A flat Uint16Array of every code point is 2.1 MiB of
+// resident memory in each process; this is ~0.1 MiB, built on first use (SPM
+// vocabularies never ask).
+const BLOCK_BITS = 8;
+const BLOCK = 1 << BLOCK_BITS;
+
+interface FlagTable {
+  /** Block id of each 256-code-point block. */
+  readonly index: Uint16Array;
+  /** The distinct blocks, BLOCK flags each. */
+  readonly blocks: Uint16Array;
+}
+
+let table: FlagTable | null = null;
+
+function buildFlagTable(): FlagTable {
+  const index = new Uint16Array(MAX_CODEPOINTS >> BLOCK_BITS);
+  const blocks: Uint16Array[] = [];
+  const store = (x: Uint16Array) => blocks.push(x.slice()) - 1;
+  // A block of one flag throughout, by flag; the others by their text.
+  const uniform = new Map<number, number>();
+  const mixed = new Map<string, number>();
+  const uniformId = (flag: number) => {
+    let id = uniform.get(flag);
+    if (id === undefined) uniform.set(flag, id = store(new Uint16Array(BLOCK).fill(flag)));
+    return id;
+  };
+  const block = new Uint16Array(BLOCK);
+  let filled = 0; // code points of `block` written so far
+  let b = 0; // the block being filled
+  const finish = () => {
+    if (b << BLOCK_BITS <= 0x3000) {
+      for (let i = 0; i < BLOCK; i++) {
+        if (RE_WS.test(String.fromCodePoint((b << BLOCK_BITS) + i))) block[i] |= CptFlag.WHITESPACE;
+      }
+    }
+    let id: number | undefined;
+    if (block.every((x) => x === block[0])) id = uniformId(block[0]);
+    else {
+      const key = String.fromCharCode(...block);
+      id = mixed.get(key);
+      if (id === undefined) mixed.set(key, id = store(block));
+    }
+    index[b++] = id;
+    filled = 0;
+  };
   let at = 0;
   for (const run of CATEGORY_RUNS.split(",")) {
     const colon = run.indexOf(":");
-    const n = parseInt(run.slice(colon + 1), 36);
-    out.fill(parseInt(run.slice(0, colon), 16), at, at + n);
+    const flag = parseInt(run.slice(0, colon), 16);
+    let n = parseInt(run.slice(colon + 1), 36);
     at += n;
+    while (n > 0 && b < index.length) {
+      // Whole blocks inside the run (past the White_Space range): no filling.
+      const whole = filled === 0 && b << BLOCK_BITS > 0x3000 ? n >> BLOCK_BITS : 0;
+      if (whole > 0) {
+        const k = Math.min(whole, index.length - b);
+        index.fill(uniformId(flag), b, b + k);
+        b += k;
+        n -= k << BLOCK_BITS;
+        continue;
+      }
+      const k = Math.min(n, BLOCK - filled);
+      block.fill(flag, filled, filled + k);
+      filled += k;
+      n -= k;
+      if (filled === BLOCK) finish();
+    }
   }
-  if (at !== MAX_CODEPOINTS) throw new Error("unicode_data.ts: category table is corrupt");
-  for (let cp = 0; cp <= 0x3000; cp++) {
-    if (RE_WS.test(String.fromCodePoint(cp))) out[cp] |= CptFlag.WHITESPACE;
+  if (at !== MAX_CODEPOINTS || b !== index.length) {
+    throw new Error("unicode_data.ts: category table is corrupt");
   }
-  return out;
-})();
+  const all = new Uint16Array(blocks.length * BLOCK);
+  blocks.forEach((x, i) => all.set(x, i * BLOCK));
+  return { index, blocks: all };
+}
 
 /**
  * Flags of a code point (category bit | WHITESPACE). Out-of-range code points
  * are UNDEFINED, as in llama.cpp; callers model "past the end" as 0 themselves.
  */
 export function cptFlags(cp: number): number {
-  return cp >= 0 && cp < MAX_CODEPOINTS ? FLAGS[cp] : CptFlag.UNDEFINED;
+  if (!(cp >= 0 && cp < MAX_CODEPOINTS)) return CptFlag.UNDEFINED;
+  const t = table ??= buildFlagTable();
+  return t.blocks[(t.index[cp >> BLOCK_BITS] << BLOCK_BITS) | (cp & (BLOCK - 1))];
 }
 
 // Code points unassigned in the table's Unicode version have no case or
 // decomposition there, whatever the (newer) engine says.
 function assigned(cp: number): boolean {
-  return cp < MAX_CODEPOINTS && FLAGS[cp] !== CptFlag.UNDEFINED && !(cp >= 0xd800 && cp <= 0xdfff);
+  return cp < MAX_CODEPOINTS && cptFlags(cp) !== CptFlag.UNDEFINED &&
+    !(cp >= 0xd800 && cp <= 0xdfff);
 }
 
 const lowerCache = new Map<number, number>();
