@@ -5,7 +5,7 @@
  * medians are compared.
  *
  *   deno task bench [--model FILE | --shape 125m|1.1b] [--threads T] [-p 512] [-n 128]
- *     [--depth 0] [--reps 3] [--types q8_0,q4_0,...] [--flash-attn [--fa-f32]]
+ *     [--depth 0] [--reps 3] [--runs 1] [--types q8_0,q4_0,...] [--flash-attn [--fa-f32]]
  *     [--cache-type f16|f32|q8_0] [--json]
  *     [--no-tokenizer]
  *     [--no-sampling]
@@ -15,6 +15,10 @@
  * quantizer and benchmarks every listed type. The tokenizer (MB/s) and the
  * sampler chain / grammar per-token costs are measured too. `--depth N`
  * times pp and tg with N tokens already in the context (llama-bench's -d).
+ * `--runs N` times N runs in each child after its warm-up and takes their
+ * median as that child's figure (llama-bench's -r, which repeats within one
+ * process): a tiny model's 50-100 ms run is at the mercy of one scheduler
+ * hiccup, its median over runs is not.
  * Each engine's medians come with their spread ((max - min) / median);
  * a ratio whose repetitions spread more than 25% is withheld, and the CPU
  * that other processes took during the runs (bench/contention.ts; the load
@@ -87,7 +91,7 @@ async function runChild(engine: string, s: Spec): Promise<ChildResult> {
       "--depth",
       String(s.depth),
       "--reps",
-      "1",
+      String(s.runs ?? 1),
       ...(s.flashAttn ? ["--flash-attn"] : []),
       ...(s.faF32 ? ["--fa-f32"] : []),
       ...(s.cacheType ? ["--cache-type", s.cacheType] : []),
@@ -141,8 +145,9 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
   }
   const after = loadAvg(), cpu1 = cpuSnapshot();
   const row = (rs: ChildResult[]) => ({
-    pp: metric(rs.flatMap((x) => x.pp)),
-    tg: metric(rs.flatMap((x) => x.tg)),
+    // Each child's figure is the median of its runs (one run: that run).
+    pp: metric(rs.map((x) => median(x.pp))),
+    tg: metric(rs.map((x) => median(x.tg))),
     peakRssMiB: Math.max(...rs.map((x) => x.peakRssMiB)),
     loadMs: median(rs.map((x) => x.loadMs)),
   });
@@ -166,7 +171,10 @@ function printFile(f: FileResult): void {
     (f.faF32 ? " (ours: f32 precision)" : "") +
     (f.cacheType && f.cacheType !== "f16" ? ` cache=${f.cacheType}` : "");
   const variant = f.llamaVariant ? `  llama.cpp cpu variant: ${f.llamaVariant}` : "";
-  console.log(`\n${name}  threads=${f.threads}${at}  reps=${f.reps} (medians, ±spread)${variant}`);
+  const runs = (f.runs ?? 1) > 1 ? ` x ${f.runs} runs` : "";
+  console.log(
+    `\n${name}  threads=${f.threads}${at}  reps=${f.reps}${runs} (medians, ±spread)${variant}`,
+  );
   console.log(
     `  engine         pp${f.pp} tok/s        tg${f.tg} tok/s   peak RSS MiB   load ms`,
   );
@@ -259,6 +267,12 @@ const SPEC = {
     }),
     "cache-type": cacheTypeFlag(),
     reps: flag.int({ min: 1, default: 3, description: "repetitions per engine (medians kept)" }),
+    runs: flag.int({
+      min: 1,
+      default: 1,
+      description: "timed runs in each repetition's process after its warm-up (their median " +
+        "is the repetition's figure, as llama-bench's -r)",
+    }),
     types: flag.string({
       value: "LIST",
       description: `also quantize the model to these types and bench each (${
@@ -303,6 +317,7 @@ async function run(
     depth: number;
     shape: string;
     reps: number;
+    runs: number;
     json: boolean;
     child?: string;
     "no-tokenizer": boolean;
@@ -326,6 +341,7 @@ async function run(
     flashAttn: a["flash-attn"],
     faF32: a["fa-f32"],
     cacheType: a["cache-type"],
+    runs: a.runs,
   });
   if (a.child) {
     const spec = specOf(a.model!);

@@ -22,6 +22,8 @@ export interface Spec {
   faF32?: boolean;
   /** KV cache type of both engines (default f16; q8_0 needs flashAttn). */
   cacheType?: "f16" | "f32" | "q8_0";
+  /** Timed runs in each child after its warm-up (default 1); the child's figure is their median. */
+  runs?: number;
 }
 
 /** ggml type ids of the cache types, for llama.cpp's type_k and type_v. */
@@ -78,15 +80,20 @@ async function timeRuns(
     e.clear();
     for (let i = 0; i < fill.length; i += s.pp) await e.decode(fill.slice(i, i + s.pp));
   };
-  // Warm-up, untimed, the same for both engines: one prompt batch and one
-  // whole generation run, so neither engine's timed runs pay for first-use
-  // work (graph shapes, repacking, and for ours the JIT: a fresh process's
-  // first tolstoy-6m tg128 took ~100 ms against ~55 warm, at 2 threads on
-  // Zen 4). llama-bench warms with one generation step but then times its
-  // repetitions in the same process; here each repetition is a fresh child,
-  // so a cold first generation is not in these figures.
+  // Warm-up, untimed, the same for both engines: the timed sequence once
+  // (prompt batch and whole generation run, each after the same refill), so
+  // neither engine's timed runs pay for first-use work (graph shapes,
+  // repacking, and for ours the JIT: a fresh process's first tolstoy-6m
+  // tg128 took ~100 ms against ~55 warm, at 2 threads on Zen 4). The
+  // generation runs from the timed runs' depth: warmed after the prompt
+  // instead, it built the graphs of a deeper window, and the timed run
+  // built its own (5-15 ms of a 45-90 ms tolstoy-6m tg128). llama-bench
+  // warms with one generation step but then times its repetitions in the
+  // same process; here each repetition is a fresh child, so a cold first
+  // generation is not in these figures.
   await refill();
   await e.decode(prompt);
+  await refill();
   for (const id of gen) await e.decode([id]);
   const pp: number[] = [], tg: number[] = [];
   for (let r = 0; r < reps; r++) {
@@ -152,11 +159,15 @@ export async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
     })
     : m.context(opts);
   const loadMs = performance.now() - t0;
+  // The last token's logits into one array, as ours reuses its output rows:
+  // a new array per step is the harness's memory, not llama.cpp's.
+  const logits = new Float32Array(m.nVocab);
   const r = await timeRuns(
     {
       nVocab: m.nVocab,
       clear: () => ctx.clear(),
-      decode: (t) => "seqRm" in ctx ? ctx.decode({ tokens: t }) : ctx.decode(t),
+      decode: (t) =>
+        "seqRm" in ctx ? ctx.decode({ tokens: t }, logits) : ctx.decode(t, false, logits),
     },
     s,
     reps,

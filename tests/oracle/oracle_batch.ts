@@ -132,9 +132,10 @@ export class OracleBatchContext implements Disposable {
 
   /**
    * llama_decode of `batch`; returns its code and, when it succeeded, the
-   * logits of every output token (llama_get_logits_ith).
+   * logits of every output token (llama_get_logits_ith); a single output's
+   * into `into` when given (a benchmark's loop then allocates no logits).
    */
-  decode(batch: OracleBatch): OracleDecodeResult {
+  decode(batch: OracleBatch, into?: Float32Array): OracleDecodeResult {
     const n = batch.tokens.length;
     const seqs = Array.from({ length: n }, (_, i) => {
       const s = batch.seqIds?.[i] ?? 0;
@@ -155,7 +156,16 @@ export class OracleBatchContext implements Disposable {
       flags,
     );
     const outputIds = [...flags.keys()].filter((i) => flags[i]);
-    return { rc, outputIds, logits: rc === 0 ? outputIds.map((i) => this.logits(i)) : [] };
+    const one = into && outputIds.length === 1;
+    return {
+      rc,
+      outputIds,
+      logits: rc !== 0
+        ? []
+        : one
+        ? [this.logits(outputIds[0], into)]
+        : outputIds.map((i) => this.logits(i)),
+    };
   }
 
   /** llama.cpp's positions for a batch without them (llama_batch_allocr::init). */
@@ -169,9 +179,11 @@ export class OracleBatchContext implements Disposable {
     });
   }
 
-  /** Logits of batch index `i` of the last decode (llama_get_logits_ith). */
-  logits(i: number): Float32Array {
-    const out = new Float32Array(this.nVocab);
+  /** Logits of batch index `i` of the last decode (llama_get_logits_ith), into `out` when given. */
+  logits(i: number, out: Float32Array = new Float32Array(this.nVocab)): Float32Array {
+    if (out.length !== this.nVocab) {
+      throw new RangeError(`oracle_batch: out has ${out.length} values, not ${this.nVocab}`);
+    }
     if (this.#s.ob_logits(this.#ctx, i, out, out.length) !== 0) {
       throw new Error(`oracle_batch: no logits for batch index ${i}`);
     }
