@@ -8,6 +8,7 @@
  *     -Lbuild -lllm_edge -Wl,-rpath,$PWD/build -o /tmp/attn
  *   /tmp/attn [depth=2048] [threads=2] [reps=50] [layers=22] [fa|fa32|unfused] [avx2]
  *
+ * ATTN_SHAPE=NH,NKV,HD: other heads (8,4,32: tolstoy-6m's; 16,2,128).
  * ATTN_Q8=1: K and V in Q8_0 (fa, fa32); ATTN_SHARED=1: every layer on
  * layer 0's cache (in cache: the arithmetic alone); ATTN_COLD=1: 256 MiB
  * read between repetitions, untimed, as the engine's weights evict K and V
@@ -26,7 +27,7 @@
 
 #include "llm_edge.h"
 
-enum { NH = 32, NKV = 4, HD = 64 };
+static int NH = 32, NKV = 4, HD = 64; /* ATTN_SHAPE=nh,nkv,hd overrides */
 static int LAYERS = 22;
 
 static double now(void) {
@@ -58,6 +59,11 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+  const char *shape = getenv("ATTN_SHAPE");
+  if (shape && sscanf(shape, "%d,%d,%d", &NH, &NKV, &HD) != 3) {
+    fprintf(stderr, "ATTN_SHAPE: want NH,NKV,HD\n");
+    return 2;
+  }
   const int64_t D = argc > 1 ? atol(argv[1]) : 2048;
   const int threads = argc > 2 ? atoi(argv[2]) : 2;
   const int reps = argc > 3 ? atoi(argv[3]) : 50;
