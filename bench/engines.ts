@@ -125,11 +125,13 @@ export async function childOurs(s: Spec, reps: number, nGpuLayers = 0): Promise<
     ...(nGpuLayers ? { nGpuLayers } : {}),
   });
   const loadMs = performance.now() - t0;
+  // The last token's logits into one array, as llama.cpp's loop below.
+  const into = new Float32Array(m.hparams.nVocab);
   const r = await timeRuns(
     {
       nVocab: m.hparams.nVocab,
       clear: () => ctx.clear(),
-      decode: (t) => ctx.decode(t),
+      decode: (t) => ctx.decode(t, { into }),
     },
     s,
     reps,

@@ -66,6 +66,27 @@ Deno.test("Context.decode: NaN, Infinity, 1.5, -1 and nVocab token ids are rejec
   assert.equal(ok.logits[0].length, nVocab);
 });
 
+Deno.test("Context.decode into: the row lands in the caller's array, same values; misuse is refused", async () => {
+  const into = new Float32Array(nVocab);
+  for (const [bad, shown] of [[[1, 2], "1,2"], [new Float32Array(3), "3 floats"]] as const) {
+    await rejectsOption(() => ctx.decode([1], { into: bad as never }), "into", shown);
+  }
+  await rejectsOption(() => ctx.decode([1], { into, allLogits: true }), "into", "allLogits");
+  using emb = await Context.create(model, { nCtx: 64, threads: 1, embeddings: true });
+  await rejectsOption(() => emb.decode([1], { into }), "into", "embeddings");
+  ctx.clear();
+  const fresh = (await ctx.decode([1, 2, 3])).logits[0].slice();
+  ctx.clear();
+  const r = await ctx.decode([1, 2, 3], { into });
+  assert.equal(r.logits.length, 1);
+  assert.equal(r.logits[0], into);
+  assert.deepEqual(into, fresh);
+  const step = (await ctx.decode([4], { into })).logits[0];
+  assert.equal(step, into);
+  assert.notDeepEqual(into, fresh); // the next step's row overwrote it
+  ctx.clear();
+});
+
 Deno.test("generate: NaN and out-of-range sampling options are OptionErrors", async () => {
   const cases: [Record<string, unknown>, string, string][] = [
     [{ maxTokens: NaN }, "maxTokens", "NaN"], // gave 0 tokens

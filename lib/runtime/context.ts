@@ -478,7 +478,7 @@ export class Context implements Disposable, AsyncDisposable {
       else if (i + token.length === n) logits[token.length - 1] = 1;
       parts.push({ token, logits });
     }
-    return this.#start(parts, opts.signal);
+    return this.#start(parts, opts.signal, opts.into);
   }
 
   #decodeBatchNow(batch: BatchInput, opts: BatchDecodeOptions): Promise<DecodeResult> {
@@ -501,15 +501,19 @@ export class Context implements Disposable, AsyncDisposable {
     return this.#start([b], opts?.signal);
   }
 
-  #start(parts: Batch[], callerSignal: AbortSignal | undefined): Promise<DecodeResult> {
+  #start(
+    parts: Batch[],
+    callerSignal: AbortSignal | undefined,
+    into?: Float32Array,
+  ): Promise<DecodeResult> {
     if (this.#running) {
       throw new ContextBusyError(`decode: ${this.label} is already decoding for this lease`);
     }
     const signal = callerSignal ? this.#withCloser(callerSignal) : this.#closer.signal;
     const run = this.#kv
-      ? this.#decoder.decode(this.#kv, parts, signal)
+      ? this.#decoder.decode(this.#kv, parts, signal, into)
       : this.#rs
-      ? this.#decoder.decodeRecurrent(this.#rs, parts, signal)
+      ? this.#decoder.decodeRecurrent(this.#rs, parts, signal, into)
       : this.#decoder.encode(parts[0], signal);
     this.#running = run;
     const clear = () => {

@@ -181,7 +181,12 @@ export class Decoder {
    * Decodes `parts` (each at most nBatch tokens) into the cache, undoing
    * every placement when one fails or is aborted.
    */
-  async decode(kv: KvCache, parts: Batch[], signal: AbortSignal): Promise<DecodeOutput> {
+  async decode(
+    kv: KvCache,
+    parts: Batch[],
+    signal: AbortSignal,
+    into?: Float32Array,
+  ): Promise<DecodeOutput> {
     const out: Float32Array[] = [];
     const outputIds: number[] = [];
     const undo: SlotUndo[] = [];
@@ -208,7 +213,7 @@ export class Decoder {
           signal.throwIfAborted();
           undo.push(kv.saveSlot(slots[i]));
           kv.applyUbatch(slots[i], ubs[i]);
-          out.push(...await this.#decodeUbatch(ubs[i], slots[i], signal));
+          out.push(...await this.#decodeUbatch(ubs[i], slots[i], signal, into));
         }
         for (const i of this.#splitter.outIds) outputIds.push(offset + i);
         offset += this.#length(b);
@@ -265,6 +270,7 @@ export class Decoder {
     rs: RecurrentMemory,
     parts: Batch[],
     signal: AbortSignal,
+    into?: Float32Array,
   ): Promise<DecodeOutput> {
     const rows: Array<[number, Float32Array]> = [];
     let offset = 0;
@@ -303,7 +309,7 @@ export class Decoder {
             for (const s of rs.cells[i].seqId) moving.add(s);
           }
           for (const ids of ub.seqId) for (const s of ids) advanced.add(s);
-          out.push(...await this.#decodeUbatch(ub, null, signal));
+          out.push(...await this.#decodeUbatch(ub, null, signal, into));
           moving = new Set();
         }
         this.#splitter.outIds.forEach((i, k) => rows.push([offset + i, out[k]]));
@@ -340,10 +346,13 @@ export class Decoder {
   // A graph of this shape built before, its plan made current again (null
   // when there is none, or its plan's arena has been reallocated since).
 
+  // `into`: where a single output row goes (Context.decode's option), when
+  // it has the row's size; otherwise rows come from the slab.
   async #decodeUbatch(
     ub: Ubatch,
     slot: SlotInfo | null,
     signal: AbortSignal,
+    into?: Float32Array,
   ): Promise<Float32Array[]> {
     const kv = this.#kv;
     const rs = this.#rs;
@@ -435,7 +444,9 @@ export class Decoder {
     this.lastTaps.clear();
     for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
     if (!io.output) return [];
-    const all = sched.read(io.output, this.#rows.take(io.output.nelements)); // the caller may keep it
+    const n = io.output.nelements;
+    const mine = into && outRows.length === 1 && into.length === n;
+    const all = sched.read(io.output, mine ? into : this.#rows.take(n)); // the caller may keep it
     if (outRows.length === 1) return [all];
     const width = io.output.ne[0];
     return outRows.map((_, r) => all.subarray(r * width, (r + 1) * width));

@@ -150,10 +150,13 @@ async function contextTarget(ctx: Context, signal?: AbortSignal): Promise<Target
     lease[Symbol.dispose]();
     throw e;
   }
+  // One row for the whole generation: each step's logits are sampled (and
+  // copied where logprobs keep them) before the next decode overwrites it.
+  const into = new Float32Array(ctx.model.hparams.nVocab);
   return {
     reused: 0,
     nPast: () => lease.seqPosMax(0) + 1,
-    eval: async (ids) => (await lease.decode(ids, { signal })).logits[0],
+    eval: async (ids) => (await lease.decode(ids, { signal, into })).logits[0],
     erase: (p0, p1) => {
       lease.seqRm(0, p0, p1);
       lease.seqAdd(0, p1, -1, p0 - p1);

@@ -177,6 +177,22 @@ export interface ContextDecodeOptions {
   /** Logits of every token, not only the last. */
   allLogits?: boolean;
   /**
+   * The last token's logits are written into this array (nVocab floats),
+   * which the result then holds as its only row, instead of a new array
+   * each call: a loop that samples each step and drops the row allocates
+   * nothing per token (a 32,000-token vocabulary's row is 128 KiB, and a
+   * new one per step grew a 1.1B model's generation by ~28 MiB over 256
+   * tokens). The caller owns it; the next decode into it overwrites it.
+   * Not with `allLogits`, nor for a context whose outputs are embeddings.
+   *
+   * @example
+   * ```ts
+   * const row = new Float32Array(model.hparams.nVocab);
+   * for (const id of [5, 6, 7]) await ctx.decode([id], { into: row });
+   * ```
+   */
+  into?: Float32Array;
+  /**
    * Cancels the decode, while it waits for the context or while the kernels
    * run (they stop within a node or row chunk); it then rejects with the
    * signal's reason and the cache is as it was before the call.
@@ -300,13 +316,23 @@ function checkBackends(c: OptionChecker, hp: HParams, o: ContextOptions): void {
 export function validateDecode(
   ctx: Context,
   tokens: ArrayLike<number>,
-  opts: { allLogits?: boolean; signal?: AbortSignal } | undefined,
+  opts: ContextDecodeOptions | undefined,
 ): void {
   const c = new OptionChecker("Context.decode");
-  c.object(opts, ["allLogits", "signal"]);
+  c.object(opts, ["allLogits", "signal", "into"]);
   c.bool("allLogits", opts?.allLogits);
   if (opts?.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
     c.fail("signal", opts.signal, "an AbortSignal");
+  }
+  const into = opts?.into;
+  if (into !== undefined) {
+    const nVocab = ctx.model.hparams.nVocab;
+    if (!(into instanceof Float32Array)) c.fail("into", into, "a Float32Array");
+    if (into.length !== nVocab) c.fail("into", `${into.length} floats`, `${nVocab} (nVocab)`);
+    if (opts?.allLogits) c.fail("into", "with allLogits", "one row: without allLogits");
+    if (ctx.embeddings || ctx.model.arch.output !== "logits") {
+      c.fail("into", "on an embeddings context", "a context that outputs logits");
+    }
   }
   checkTokenIds("Context.decode", tokens, ctx.model.hparams.nVocab);
 }
