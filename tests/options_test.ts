@@ -87,6 +87,36 @@ Deno.test("Context.decode into: the row lands in the caller's array, same values
   ctx.clear();
 });
 
+Deno.test("decodeBatch and Sequence.evaluate into: rows in the caller's array, same values; misuse is refused", async () => {
+  using c2 = await Context.create(model, { nCtx: 256, nSeqMax: 2, threads: 1 });
+  const batch = { tokens: [1, 2, 1, 2], seqIds: [0, 0, 1, 1], logits: [false, true, false, true] };
+  const plain = (await c2.decodeBatch(batch)).logits.map((r) => r.slice());
+  c2.clear();
+  const into = new Float32Array(2 * nVocab);
+  await rejectsOption(
+    () => c2.decodeBatch(batch, { into: new Float32Array(nVocab) }),
+    "into",
+    `${nVocab} floats`,
+  );
+  const r = await c2.decodeBatch(batch, { into });
+  assert.equal(r.logits.length, 2);
+  for (const row of r.logits) assert.equal(row.buffer, into.buffer);
+  assert.deepEqual(r.logits.map((x) => x.slice()), plain);
+  c2.clear();
+  using a = c2.sequence();
+  using b = c2.sequence();
+  const row = new Float32Array(nVocab);
+  const [ra, rb] = await Promise.all([a.evaluate([1, 2], { into: row }), b.evaluate([1, 2])]);
+  assert.equal(ra.logits[0], row);
+  assert.deepEqual(row, plain[0]);
+  assert.deepEqual(rb.logits[0], plain[1]);
+  const kept = rb.logits[0].slice();
+  await a.evaluate([3], { into: row }); // b's row was copied out of the shared buffer
+  assert.deepEqual(rb.logits[0], kept);
+  await rejectsOption(() => a.evaluate([3], { into: row, allLogits: true }), "into", "allLogits");
+  await rejectsOption(() => a.evaluate([3], { into: new Float32Array(5) }), "into", "5 floats");
+});
+
 Deno.test("generate: NaN and out-of-range sampling options are OptionErrors", async () => {
   const cases: [Record<string, unknown>, string, string][] = [
     [{ maxTokens: NaN }, "maxTokens", "NaN"], // gave 0 tokens

@@ -42,6 +42,7 @@ export type { BatchInput } from "./batch_input.ts";
 import { FifoLock } from "./lock.ts";
 import {
   type BatchDecodeOptions,
+  checkInto,
   type ContextDecodeOptions,
   type ContextOptions,
   type DecodeResult,
@@ -484,7 +485,7 @@ export class Context implements Disposable, AsyncDisposable {
   #decodeBatchNow(batch: BatchInput, opts: BatchDecodeOptions): Promise<DecodeResult> {
     this.#assertOpen("decodeBatch");
     const c = new OptionChecker("Context.decodeBatch");
-    c.object(opts, ["signal"]);
+    c.object(opts, ["signal", "into"]);
     if (opts?.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
       c.fail("signal", opts.signal, "an AbortSignal");
     }
@@ -498,7 +499,12 @@ export class Context implements Disposable, AsyncDisposable {
       throw new ContextError(`decodeBatch: ${n} tokens exceed nBatch ${this.nBatch}`);
     }
     if (!this.hasMemory) checkEncoderInput(this, n, encoderSpan(b));
-    return this.#start([b], opts?.signal);
+    if (opts?.into !== undefined) {
+      let rows = 0; // the splitter's rule: the flags, else the last token
+      if (b.logits) { for (let i = 0; i < n; i++) rows += b.logits[i] ? 1 : 0; }
+      checkInto(c, this, opts.into, b.logits ? Math.max(rows, 1) : 1);
+    }
+    return this.#start([b], opts?.signal, opts?.into);
   }
 
   #start(

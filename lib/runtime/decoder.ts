@@ -190,6 +190,7 @@ export class Decoder {
     const out: Float32Array[] = [];
     const outputIds: number[] = [];
     const undo: SlotUndo[] = [];
+    const cur = into ? { buf: into, at: 0 } : undefined;
     let offset = 0;
     try {
       for (const b of parts) {
@@ -213,7 +214,7 @@ export class Decoder {
           signal.throwIfAborted();
           undo.push(kv.saveSlot(slots[i]));
           kv.applyUbatch(slots[i], ubs[i]);
-          out.push(...await this.#decodeUbatch(ubs[i], slots[i], signal, into));
+          out.push(...await this.#decodeUbatch(ubs[i], slots[i], signal, cur));
         }
         for (const i of this.#splitter.outIds) outputIds.push(offset + i);
         offset += this.#length(b);
@@ -273,6 +274,7 @@ export class Decoder {
     into?: Float32Array,
   ): Promise<DecodeOutput> {
     const rows: Array<[number, Float32Array]> = [];
+    const cur = into ? { buf: into, at: 0 } : undefined;
     let offset = 0;
     const before = rs.snapshot();
     // Sequences advanced by the micro-batches run so far, and those whose
@@ -309,7 +311,7 @@ export class Decoder {
             for (const s of rs.cells[i].seqId) moving.add(s);
           }
           for (const ids of ub.seqId) for (const s of ids) advanced.add(s);
-          out.push(...await this.#decodeUbatch(ub, null, signal, into));
+          out.push(...await this.#decodeUbatch(ub, null, signal, cur));
           moving = new Set();
         }
         this.#splitter.outIds.forEach((i, k) => rows.push([offset + i, out[k]]));
@@ -346,13 +348,14 @@ export class Decoder {
   // A graph of this shape built before, its plan made current again (null
   // when there is none, or its plan's arena has been reallocated since).
 
-  // `into`: where a single output row goes (Context.decode's option), when
-  // it has the row's size; otherwise rows come from the slab.
+  // `into`: where the output rows go, one after another (the decode
+  // options' `into`; `at` advances over the micro-batches of one call),
+  // while they fit; otherwise rows come from the slab.
   async #decodeUbatch(
     ub: Ubatch,
     slot: SlotInfo | null,
     signal: AbortSignal,
-    into?: Float32Array,
+    into?: { buf: Float32Array; at: number },
   ): Promise<Float32Array[]> {
     const kv = this.#kv;
     const rs = this.#rs;
@@ -445,8 +448,14 @@ export class Decoder {
     for (const [name, t] of io.taps) this.lastTaps.set(name, sched.read(t));
     if (!io.output) return [];
     const n = io.output.nelements;
-    const mine = into && outRows.length === 1 && into.length === n;
-    const all = sched.read(io.output, mine ? into : this.#rows.take(n)); // the caller may keep it
+    let dst: Float32Array;
+    if (into && into.at + n <= into.buf.length) {
+      dst = n === into.buf.length ? into.buf : into.buf.subarray(into.at, into.at + n);
+      into.at += n;
+    } else {
+      dst = this.#rows.take(n); // the caller may keep it
+    }
+    const all = sched.read(io.output, dst);
     if (outRows.length === 1) return [all];
     const width = io.output.ne[0];
     return outRows.map((_, r) => all.subarray(r * width, (r + 1) * width));

@@ -176,11 +176,12 @@ async function sequenceTarget(seq: Sequence, prompt: number[], signal?: AbortSig
   // The last prompt token is evaluated again when all is cached: its logits are needed.
   if (same === prompt.length && same > 0) same--;
   await seq.truncate(same, signal);
+  const into = new Float32Array(seq.context.model.hparams.nVocab); // as contextTarget's
   const t: Target = {
     // A recurrent sequence that diverged was cleared: everything is evaluated.
     reused: seq.tokens.length,
     nPast: () => seq.nPast,
-    eval: async (ids) => (await seq.evaluate(ids, { signal })).logits[0],
+    eval: async (ids) => (await seq.evaluate(ids, { signal, into })).logits[0],
     erase: (p0, p1) => seq.erase(p0, p1, signal),
     close() {},
   };

@@ -12,6 +12,7 @@ import { backendNames, hasBackend } from "../backend/registry.ts";
 import { MAX_THREADS } from "../../ffi/symbols.ts";
 import type { Context } from "./context.ts";
 import type { HParams } from "../model/hparams.ts";
+import type { Model } from "../model/model.ts";
 import { MAX_SEQ } from "../kv/cells.ts";
 
 /** Options of {@link Context.create}. */
@@ -170,6 +171,14 @@ export interface DecodeResult {
 export interface BatchDecodeOptions {
   /** Cancels the decode, as in {@link ContextDecodeOptions.signal}. */
   signal?: AbortSignal;
+  /**
+   * The output rows, one after another, are written into this array (at
+   * least outputs x nVocab floats) and returned as views of it, instead of
+   * new arrays: as {@link ContextDecodeOptions.into}, for a batch (sixteen
+   * rows of a 32,000-token vocabulary are 2 MiB per step). The next decode
+   * into it overwrites them. Not for a context whose outputs are embeddings.
+   */
+  into?: Float32Array;
 }
 
 /** Options of {@link Context.decode}. */
@@ -324,15 +333,33 @@ export function validateDecode(
   if (opts?.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
     c.fail("signal", opts.signal, "an AbortSignal");
   }
-  const into = opts?.into;
-  if (into !== undefined) {
-    const nVocab = ctx.model.hparams.nVocab;
-    if (!(into instanceof Float32Array)) c.fail("into", into, "a Float32Array");
-    if (into.length !== nVocab) c.fail("into", `${into.length} floats`, `${nVocab} (nVocab)`);
-    if (opts?.allLogits) c.fail("into", "with allLogits", "one row: without allLogits");
-    if (ctx.embeddings || ctx.model.arch.output !== "logits") {
-      c.fail("into", "on an embeddings context", "a context that outputs logits");
-    }
+  if (opts?.into !== undefined) {
+    if (opts.allLogits) c.fail("into", "with allLogits", "one row: without allLogits");
+    checkInto(c, ctx, opts.into);
   }
   checkTokenIds("Context.decode", tokens, ctx.model.hparams.nVocab);
+}
+
+/**
+ * An `into` option ({@link ContextDecodeOptions.into}): a Float32Array of
+ * one row of logits (nVocab floats), or with `rows` (a batch's outputs) room
+ * for that many rows or more, on a context that outputs logits.
+ */
+export function checkInto(
+  c: OptionChecker,
+  ctx: { readonly embeddings: boolean; readonly model: Model },
+  into: unknown,
+  rows?: number,
+): asserts into is Float32Array {
+  const nVocab = ctx.model.hparams.nVocab;
+  if (!(into instanceof Float32Array)) c.fail("into", into, "a Float32Array");
+  if (ctx.embeddings || ctx.model.arch.output !== "logits") {
+    c.fail("into", "on an embeddings context", "a context that outputs logits");
+  }
+  if (rows === undefined ? into.length !== nVocab : into.length < rows * nVocab) {
+    const need = rows === undefined
+      ? `${nVocab} (nVocab)`
+      : `${rows * nVocab} or more (${rows} rows of ${nVocab})`;
+    c.fail("into", `${into.length} floats`, need);
+  }
 }

@@ -9,6 +9,7 @@
  */
 import { checkTokenIds, OptionChecker } from "../options.ts";
 import type { Context, DecodeResult } from "./context.ts";
+import { checkInto } from "./options.ts";
 import type { ContextLease } from "./lease.ts";
 import { ContextDisposedError, ContextError } from "./errors.ts";
 
@@ -21,6 +22,13 @@ export interface EvaluateOptions {
    * sequence is as it was before the call.
    */
   signal?: AbortSignal;
+  /**
+   * The last token's logits are written into this array (nVocab floats)
+   * instead of a new one, as `Context.decode`'s `into`: a generation
+   * loop's steps then allocate no rows. Not with `allLogits`, nor in
+   * embeddings mode.
+   */
+  into?: Float32Array;
 }
 
 /**
@@ -93,10 +101,14 @@ export class Sequence implements Disposable {
     try {
       this.#assertLive("evaluate");
       const c = new OptionChecker("Sequence.evaluate");
-      c.object(opts, ["allLogits", "signal"]);
+      c.object(opts, ["allLogits", "signal", "into"]);
       c.bool("allLogits", opts.allLogits);
       if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
         c.fail("signal", opts.signal, "an AbortSignal");
+      }
+      if (opts.into !== undefined) {
+        if (opts.allLogits) c.fail("into", "with allLogits", "one row: without allLogits");
+        checkInto(c, this.context, opts.into);
       }
       checkTokenIds("Sequence.evaluate", tokens, this.context.model.hparams.nVocab);
       if (tokens.length === 0) throw new ContextError("evaluate: no tokens");
@@ -262,6 +274,7 @@ interface Request {
   busy: boolean; // in the batch being decoded
   all: boolean;
   signal?: AbortSignal;
+  into?: Float32Array;
   logits: Float32Array[];
   embeddings: Float32Array[];
   outputIds: number[];
@@ -291,6 +304,9 @@ export class SequenceQueue {
   // submits its next token soon after (sampling runs between rounds).
   #expect = new Set<Sequence>();
   #gate: (() => void) | null = null;
+  // Every batch's logits land here (decodeBatch's into), then each row is
+  // copied to its request's own array: no batch-sized array per step.
+  #rows = new Float32Array(0);
 
   /** A queue for `ctx`. */
   constructor(ctx: Context) {
@@ -307,6 +323,7 @@ export class SequenceQueue {
       busy: false,
       all: o.allLogits ?? false,
       signal: o.signal,
+      into: o.into,
       logits: [],
       embeddings: [],
       outputIds: [],
@@ -470,9 +487,10 @@ export class SequenceQueue {
     // the others' tokens go on and the cancelled one is rolled back after.
     const signal = spans.length === 1 ? spans[0].r.signal : undefined;
     for (const s of spans) s.r.busy = true;
+    const into = this.#into(logits);
     let res: DecodeResult;
     try {
-      res = await lease.decodeBatch({ tokens, seqIds, logits }, { signal });
+      res = await lease.decodeBatch({ tokens, seqIds, logits }, { signal, into });
     } finally {
       for (const s of spans) s.r.busy = false;
     }
@@ -480,7 +498,13 @@ export class SequenceQueue {
     res.outputIds.forEach((i, k) => {
       const s = spans.find((s) => i >= s.from && i < s.from + s.n)!;
       const row = rows[k];
-      (res.logits.length ? s.r.logits : s.r.embeddings).push(row);
+      if (!res.logits.length) s.r.embeddings.push(row);
+      // A row in the shared buffer is the next batch's too: copied out.
+      else if (into) {
+        const own = s.r.into && !s.r.all ? s.r.into : null;
+        own?.set(row);
+        s.r.logits.push(own ?? row.slice());
+      } else s.r.logits.push(row);
       s.r.outputIds.push(s.r.sent + i - s.from);
     });
     for (const s of spans) {
@@ -500,6 +524,20 @@ export class SequenceQueue {
         });
       }
     }
+  }
+
+  // The shared buffer for a batch with these output flags (grown, never
+  // shrunk); none in embeddings mode, whose rows are hidden states.
+  #into(flags: Uint8Array): Float32Array | undefined {
+    const ctx = this.#ctx;
+    if (ctx.embeddings || ctx.model.arch.output !== "logits") return undefined;
+    let rows = 0;
+    for (let i = 0; i < flags.length; i++) rows += flags[i];
+    const need = Math.max(rows, 1) * ctx.model.hparams.nVocab;
+    if (this.#rows.length < need) {
+      this.#rows = new Float32Array(Math.max(need, 2 * this.#rows.length));
+    }
+    return this.#rows;
   }
 
   // Rejects r and removes what it had decoded, so the sequence is as before it.
