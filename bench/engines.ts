@@ -41,7 +41,7 @@ export interface ChildResult {
 }
 
 /** What the timing loop needs of an engine. */
-interface Driver {
+export interface Driver {
   readonly nVocab: number;
   clear(): void;
   /** Evaluates tokens after what the context holds (at most nBatch). */
@@ -109,70 +109,110 @@ async function timeRuns(
   return { pp, tg };
 }
 
-/** Our engine's runs in this process; `nGpuLayers` for bench:gpu. */
-export async function childOurs(s: Spec, reps: number, nGpuLayers = 0): Promise<ChildResult> {
+/** An engine opened on a spec's file and context: the timing loop's driver. */
+export interface OpenEngine extends Driver, Disposable {
+  /** Milliseconds from load to a ready context. */
+  readonly loadMs: number;
+  /** llama.cpp's CPU variant (libggml-cpu-<variant>.so). */
+  readonly variant?: string;
+}
+
+/** Our engine on `s` (model and context); `nGpuLayers` for bench:gpu. */
+export async function openOurs(s: Spec, nGpuLayers = 0): Promise<OpenEngine> {
   const { Model } = await import("../lib/model/model.ts");
   const { Context } = await import("../lib/runtime/context.ts");
   const t0 = performance.now();
-  using m = await Model.load(s.model);
-  using ctx = await Context.create(m, {
-    nCtx: contextSize(s),
-    nBatch: s.pp,
-    threads: s.threads,
-    flashAttn: s.flashAttn,
-    ...(s.faF32 ? { flashAttnPrecision: "f32" as const } : {}),
-    ...(s.cacheType ? { kvType: s.cacheType } : {}),
-    ...(nGpuLayers ? { nGpuLayers } : {}),
-  });
-  const loadMs = performance.now() - t0;
-  // The last token's logits into one array, as llama.cpp's loop below.
-  const into = new Float32Array(m.hparams.nVocab);
-  const r = await timeRuns(
-    {
+  const stack = new DisposableStack();
+  try {
+    const m = stack.use(await Model.load(s.model));
+    const ctx = stack.use(
+      await Context.create(m, {
+        nCtx: contextSize(s),
+        nBatch: s.pp,
+        threads: s.threads,
+        flashAttn: s.flashAttn,
+        ...(s.faF32 ? { flashAttnPrecision: "f32" as const } : {}),
+        ...(s.cacheType ? { kvType: s.cacheType } : {}),
+        ...(nGpuLayers ? { nGpuLayers } : {}),
+      }),
+    );
+    // The last token's logits into one array, as llama.cpp's driver does.
+    const into = new Float32Array(m.hparams.nVocab);
+    const loadMs = performance.now() - t0;
+    const owned = stack.move();
+    return {
+      loadMs,
       nVocab: m.hparams.nVocab,
       clear: () => ctx.clear(),
       decode: (t) => ctx.decode(t, { into }),
-    },
-    s,
-    reps,
-  );
-  return { engine: "llm-edge", ...r, loadMs, peakRssMiB: peakRssMiB() };
+      [Symbol.dispose]: () => owned.dispose(),
+    };
+  } finally {
+    stack.dispose();
+  }
 }
 
-export async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
+/** llama.cpp (the oracle's libllama) on `s`. */
+export async function openLlama(s: Spec): Promise<OpenEngine> {
   const { loadOracle, ORACLE_CPU_ENV } = await import("../tests/oracle/oracle.ts");
   // The variant llama.cpp itself would load (the tests may pick another whose
   // bits our kernels follow), unless the caller named one.
   if (!Deno.env.get(ORACLE_CPU_ENV)) Deno.env.set(ORACLE_CPU_ENV, "best");
   const oracle = await loadOracle();
   const t0 = performance.now();
-  using m = oracle.load(s.model);
-  const opts = { nCtx: contextSize(s), nBatch: s.pp, threads: s.threads };
-  // The one-sequence context is llama.cpp's unfused path with an F16
-  // cache; flash attention and other cache types need the batch oracle's
-  // (one sequence there too).
-  const type = GGML_CACHE_TYPE[s.cacheType ?? "f16"];
-  using ctx = s.flashAttn || type !== GGML_CACHE_TYPE.f16
-    ? await (await import("../tests/oracle/oracle_batch.ts")).OracleBatchContext.create(m, {
-      ...opts,
-      flashAttn: s.flashAttn,
-      typeK: type,
-      typeV: type,
-    })
-    : m.context(opts);
-  const loadMs = performance.now() - t0;
-  // The last token's logits into one array, as ours reuses its output rows:
-  // a new array per step is the harness's memory, not llama.cpp's.
-  const logits = new Float32Array(m.nVocab);
-  const r = await timeRuns(
-    {
+  const stack = new DisposableStack();
+  try {
+    const m = stack.use(oracle.load(s.model));
+    const opts = { nCtx: contextSize(s), nBatch: s.pp, threads: s.threads };
+    // The one-sequence context is llama.cpp's unfused path with an F16
+    // cache; flash attention and other cache types need the batch oracle's
+    // (one sequence there too).
+    const type = GGML_CACHE_TYPE[s.cacheType ?? "f16"];
+    const ctx = stack.use(
+      s.flashAttn || type !== GGML_CACHE_TYPE.f16
+        ? await (await import("../tests/oracle/oracle_batch.ts")).OracleBatchContext.create(m, {
+          ...opts,
+          flashAttn: s.flashAttn,
+          typeK: type,
+          typeV: type,
+        })
+        : m.context(opts),
+    );
+    // The last token's logits into one array, as ours reuses its output rows:
+    // a new array per step is the harness's memory, not llama.cpp's.
+    const logits = new Float32Array(m.nVocab);
+    const loadMs = performance.now() - t0;
+    const owned = stack.move();
+    return {
+      loadMs,
+      variant: oracle.cpu.name,
       nVocab: m.nVocab,
       clear: () => ctx.clear(),
       decode: (t) =>
         "seqRm" in ctx ? ctx.decode({ tokens: t }, logits) : ctx.decode(t, false, logits),
-    },
-    s,
-    reps,
-  );
-  return { engine: "llama.cpp", ...r, loadMs, peakRssMiB: peakRssMiB(), variant: oracle.cpu.name };
+      [Symbol.dispose]: () => owned.dispose(),
+    };
+  } finally {
+    stack.dispose();
+  }
+}
+
+/** Our engine's runs in this process; `nGpuLayers` for bench:gpu. */
+export async function childOurs(s: Spec, reps: number, nGpuLayers = 0): Promise<ChildResult> {
+  using e = await openOurs(s, nGpuLayers);
+  const r = await timeRuns(e, s, reps);
+  return { engine: "llm-edge", ...r, loadMs: e.loadMs, peakRssMiB: peakRssMiB() };
+}
+
+/** llama.cpp's runs in this process. */
+export async function childLlama(s: Spec, reps: number): Promise<ChildResult> {
+  using e = await openLlama(s);
+  const r = await timeRuns(e, s, reps);
+  return {
+    engine: "llama.cpp",
+    ...r,
+    loadMs: e.loadMs,
+    peakRssMiB: peakRssMiB(),
+    variant: e.variant,
+  };
 }
