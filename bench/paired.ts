@@ -7,8 +7,12 @@
  * moves by a third between minutes (1.1B F16 tg went 66 -> 45 ms per token
  * in the middle of one run, both engines alike) spreads separate processes'
  * figures beyond any ratio (`deno task bench` withholds them); two bursts
- * a second apart see the same machine. Peak RSS is not measured here (both
- * engines share the process): `deno task bench` has it.
+ * a second apart see the same machine. The engine that goes second starts
+ * while the first one's threads may still be polling for work (ggml's and
+ * ours spin a while before they sleep): the order alternates, so each pays
+ * that as often, and a burst much longer than a poll makes it small. Peak
+ * RSS is not measured here (both engines share the process): `deno task
+ * bench` has it.
  *
  *   deno task bench:paired --model FILE [--threads T] [--rounds 12] [--burst 8]
  *     [--depth 0] [--pp 0] [--flash-attn [--fa-f32]] [--cache-type f16|f32|q8_0] [--json]
