@@ -54,7 +54,8 @@ function peakRssMiB(): number {
   return m ? Number(m[1]) / 1024 : NaN;
 }
 
-function randomTokens(n: number, nVocab: number, seed: number): number[] {
+/** Deterministic token ids (3 and up: past the usual control tokens). */
+export function randomTokens(n: number, nVocab: number, seed: number): number[] {
   let a = seed >>> 0;
   return Array.from({ length: n }, () => {
     a = (Math.imul(a, 1664525) + 1013904223) >>> 0;

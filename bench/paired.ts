@@ -27,7 +27,7 @@
 import { flag, runCommand, UsageError } from "../lib/cli/args.ts";
 import { cacheTypeFlag } from "../lib/cli/common_flags.ts";
 import { median } from "./bench.ts";
-import { type OpenEngine, openLlama, openOurs, type Spec } from "./engines.ts";
+import { type OpenEngine, openLlama, openOurs, randomTokens, type Spec } from "./engines.ts";
 
 const SPEC = {
   name: "bench:paired",
@@ -81,17 +81,8 @@ function paired(ours: number[], llama: number[]): Paired {
   };
 }
 
-// Deterministic token ids (3 and up: past the usual control tokens).
-function tokens(n: number, nVocab: number, seed: number): number[] {
-  let a = seed >>> 0;
-  return Array.from({ length: n }, () => {
-    a = (Math.imul(a, 1664525) + 1013904223) >>> 0;
-    return 3 + (a % (nVocab - 3));
-  });
-}
-
 async function fill(e: OpenEngine, n: number, batch: number): Promise<void> {
-  const ids = tokens(n, e.nVocab, 3);
+  const ids = randomTokens(n, e.nVocab, 3);
   for (let i = 0; i < n; i += batch) await e.decode(ids.slice(i, i + batch));
 }
 
@@ -99,7 +90,7 @@ async function fill(e: OpenEngine, n: number, batch: number): Promise<void> {
 // (from an empty context when `fresh`).
 async function burst(e: OpenEngine, n: number, seed: number, fresh: boolean): Promise<number> {
   if (fresh) e.clear();
-  const ids = tokens(n, e.nVocab, seed);
+  const ids = randomTokens(n, e.nVocab, seed);
   const t = performance.now();
   for (const id of ids) await e.decode([id]);
   return (performance.now() - t) / n;
@@ -108,7 +99,7 @@ async function burst(e: OpenEngine, n: number, seed: number, fresh: boolean): Pr
 // ms per token of one prompt of n tokens in an empty context (left empty).
 async function prompt(e: OpenEngine, n: number): Promise<number> {
   e.clear();
-  const ids = tokens(n, e.nVocab, 1);
+  const ids = randomTokens(n, e.nVocab, 1);
   const t = performance.now();
   await e.decode(ids);
   const ms = (performance.now() - t) / n;

@@ -46,6 +46,7 @@ import {
   type ContextDecodeOptions,
   type ContextOptions,
   type DecodeResult,
+  outputRows,
   validateContextOptions,
   validateDecode,
 } from "./options.ts";
@@ -499,11 +500,7 @@ export class Context implements Disposable, AsyncDisposable {
       throw new ContextError(`decodeBatch: ${n} tokens exceed nBatch ${this.nBatch}`);
     }
     if (!this.hasMemory) checkEncoderInput(this, n, encoderSpan(b));
-    if (opts?.into !== undefined) {
-      let rows = 0; // the splitter's rule: the flags, else the last token
-      if (b.logits) { for (let i = 0; i < n; i++) rows += b.logits[i] ? 1 : 0; }
-      checkInto(c, this, opts.into, b.logits ? Math.max(rows, 1) : 1);
-    }
+    if (opts?.into !== undefined) checkInto(c, this, opts.into, outputRows(b.logits));
     return this.#start([b], opts?.signal, opts?.into);
   }
 

@@ -340,6 +340,24 @@ export function validateDecode(
   checkTokenIds("Context.decode", tokens, ctx.model.hparams.nVocab);
 }
 
+/** Whether `ctx` outputs logits (not hidden states): where `into` applies. */
+export function outputsLogits(
+  ctx: { readonly embeddings: boolean; readonly model: Model },
+): boolean {
+  return !ctx.embeddings && ctx.model.arch.output === "logits";
+}
+
+/**
+ * Output rows of a batch with these output flags: those set (at least one
+ * row's room), or the last token's alone without flags (the splitter's rule).
+ */
+export function outputRows(flags: ArrayLike<boolean | number> | undefined): number {
+  if (!flags) return 1;
+  let rows = 0;
+  for (let i = 0; i < flags.length; i++) rows += flags[i] ? 1 : 0;
+  return Math.max(rows, 1);
+}
+
 /**
  * An `into` option ({@link ContextDecodeOptions.into}): a Float32Array of
  * one row of logits (nVocab floats), or with `rows` (a batch's outputs) room
@@ -353,7 +371,7 @@ export function checkInto(
 ): asserts into is Float32Array {
   const nVocab = ctx.model.hparams.nVocab;
   if (!(into instanceof Float32Array)) c.fail("into", into, "a Float32Array");
-  if (ctx.embeddings || ctx.model.arch.output !== "logits") {
+  if (!outputsLogits(ctx)) {
     c.fail("into", "on an embeddings context", "a context that outputs logits");
   }
   if (rows === undefined ? into.length !== nVocab : into.length < rows * nVocab) {

@@ -9,7 +9,7 @@
  */
 import { checkTokenIds, OptionChecker } from "../options.ts";
 import type { Context, DecodeResult } from "./context.ts";
-import { checkInto } from "./options.ts";
+import { checkInto, outputRows, outputsLogits } from "./options.ts";
 import type { ContextLease } from "./lease.ts";
 import { ContextDisposedError, ContextError } from "./errors.ts";
 
@@ -530,10 +530,8 @@ export class SequenceQueue {
   // shrunk); none in embeddings mode, whose rows are hidden states.
   #into(flags: Uint8Array): Float32Array | undefined {
     const ctx = this.#ctx;
-    if (ctx.embeddings || ctx.model.arch.output !== "logits") return undefined;
-    let rows = 0;
-    for (let i = 0; i < flags.length; i++) rows += flags[i];
-    const need = Math.max(rows, 1) * ctx.model.hparams.nVocab;
+    if (!outputsLogits(ctx)) return undefined;
+    const need = outputRows(flags) * ctx.model.hparams.nVocab;
     if (this.#rows.length < need) {
       this.#rows = new Float32Array(Math.max(need, 2 * this.#rows.length));
     }
