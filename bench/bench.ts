@@ -5,7 +5,7 @@
  * medians are compared.
  *
  *   deno task bench [--model FILE | --shape 125m|1.1b] [--threads T] [-p 512] [-n 128]
- *     [--depth 0] [--reps 3] [--runs 1] [--types q8_0,q4_0,...] [--flash-attn [--fa-f32]]
+ *     [--depth 0] [--reps 3] [--runs 1] [--types q8_0,q4_0,...] [--flash-attn [--fa-f32]] [--fast]
  *     [--cache-type f16|f32|q8_0] [--json]
  *     [--no-tokenizer]
  *     [--no-sampling]
@@ -94,6 +94,7 @@ async function runChild(engine: string, s: Spec): Promise<ChildResult> {
       String(s.runs ?? 1),
       ...(s.flashAttn ? ["--flash-attn"] : []),
       ...(s.faF32 ? ["--fa-f32"] : []),
+      ...(s.fast ? ["--fast"] : []),
       ...(s.cacheType ? ["--cache-type", s.cacheType] : []),
     ],
     stdout: "piped",
@@ -172,7 +173,7 @@ async function benchFile(s: Spec, reps: number, quiet: boolean): Promise<FileRes
 function printFile(f: FileResult): void {
   const name = f.model.split("/").pop()!;
   const at = (f.depth ? ` depth=${f.depth}` : "") + (f.flashAttn ? " flash-attn" : "") +
-    (f.faF32 ? " (ours: f32 precision)" : "") +
+    (f.faF32 ? " (ours: f32 precision)" : "") + (f.fast ? " (ours: matmulOrder fast)" : "") +
     (f.cacheType && f.cacheType !== "f16" ? ` cache=${f.cacheType}` : "");
   const variant = f.llamaVariant ? `  llama.cpp cpu variant: ${f.llamaVariant}` : "";
   const runs = (f.runs ?? 1) > 1 ? ` x ${f.runs} runs` : "";
@@ -270,6 +271,7 @@ const SPEC = {
     "fa-f32": flag.boolean({
       description: "ours with flashAttnPrecision f32 (needs --flash-attn; llama.cpp unchanged)",
     }),
+    fast: flag.boolean({ description: "ours with matmulOrder fast (llama.cpp unchanged)" }),
     "cache-type": cacheTypeFlag(),
     reps: flag.int({ min: 1, default: 3, description: "repetitions per engine (medians kept)" }),
     runs: flag.int({
@@ -329,6 +331,7 @@ async function run(
     "no-sampling": boolean;
     "flash-attn": boolean;
     "fa-f32": boolean;
+    fast: boolean;
     "cache-type": "f16" | "f32" | "q8_0";
   },
   types: string[],
@@ -345,6 +348,7 @@ async function run(
     depth,
     flashAttn: a["flash-attn"],
     faF32: a["fa-f32"],
+    fast: a.fast,
     cacheType: a["cache-type"],
     runs: a.runs,
   });

@@ -20,6 +20,8 @@ export interface Spec {
   flashAttn: boolean;
   /** Ours with flashAttnPrecision "f32" (llama.cpp keeps its arithmetic). */
   faF32?: boolean;
+  /** Ours with matmulOrder "fast" (llama.cpp keeps its arithmetic). */
+  fast?: boolean;
   /** KV cache type of both engines (default f16; q8_0 needs flashAttn). */
   cacheType?: "f16" | "f32" | "q8_0";
   /** Timed runs in each child after its warm-up (default 1); the child's figure is their median. */
@@ -133,6 +135,7 @@ export async function openOurs(s: Spec, nGpuLayers = 0): Promise<OpenEngine> {
         threads: s.threads,
         flashAttn: s.flashAttn,
         ...(s.faF32 ? { flashAttnPrecision: "f32" as const } : {}),
+        ...(s.fast ? { matmulOrder: "fast" as const } : {}),
         ...(s.cacheType ? { kvType: s.cacheType } : {}),
         ...(nGpuLayers ? { nGpuLayers } : {}),
       }),

@@ -15,7 +15,7 @@
  * bench` has it.
  *
  *   deno task bench:paired --model FILE [--threads T] [--rounds 12] [--burst 8]
- *     [--depth 0] [--pp 0] [--flash-attn [--fa-f32]] [--cache-type f16|f32|q8_0] [--json]
+ *     [--depth 0] [--pp 0] [--flash-attn [--fa-f32]] [--fast] [--cache-type f16|f32|q8_0] [--json]
  *
  * Without `--depth`, every burst starts from an empty context (tg-N as
  * `deno task bench` times it); with it, the context is filled once and each
@@ -49,6 +49,7 @@ const SPEC = {
     "fa-f32": flag.boolean({
       description: "ours with flashAttnPrecision f32 (needs --flash-attn)",
     }),
+    fast: flag.boolean({ description: "ours with matmulOrder fast" }),
     "cache-type": cacheTypeFlag(),
     json: flag.boolean({ description: "print the result as JSON" }),
   },
@@ -128,6 +129,7 @@ export function main(args: string[]): Promise<number> {
       depth: a.depth,
       flashAttn: a["flash-attn"],
       faF32: a["fa-f32"],
+      fast: a.fast,
       cacheType: a["cache-type"],
     };
     const load0 = Deno.loadavg()[0];
@@ -165,7 +167,8 @@ export function main(args: string[]): Promise<number> {
     const name = a.model.split("/").pop();
     console.log(
       `${name}  threads=${a.threads}  depth=${a.depth}  ${a.rounds} rounds of ${a.burst} tokens` +
-        `  llama.cpp cpu variant: ${llama.variant}`,
+        (a["flash-attn"] ? "  flash-attn" : "") + (a["fa-f32"] ? " (ours: f32 precision)" : "") +
+        (a.fast ? "  (ours: matmulOrder fast)" : "") + `  llama.cpp cpu variant: ${llama.variant}`,
     );
     const line = (what: string, p: Paired) =>
       console.log(

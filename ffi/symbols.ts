@@ -46,6 +46,7 @@ export const SYMBOLS = {
   le_vec_dot: { parameters: ["i32", "i64", "buffer", "buffer", "buffer"], result: "i32" },
   le_expf_mismatches: { parameters: ["u32", "u32", "u32"], result: "i64" },
   le_repack_flag: { parameters: ["i32", "i64", "i64"], result: "i32" },
+  le_repack_flag_fast: { parameters: ["i32", "i64", "i64"], result: "i32" },
   le_repack_size: { parameters: ["i32", "i32", "i64", "i64"], result: "i64" },
   le_repack: {
     parameters: ["i32", "i32", "pointer", "pointer", "u64", "i64", "i64"],

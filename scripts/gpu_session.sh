@@ -16,8 +16,12 @@
 #   server    `bench:server` on tolstoy-6m, 1 and 16 clients (SERVER_S seconds each)
 #   paired    `bench:paired` at THREADS on F16, Q8_0, Q4_0, Q4_K_M with --pp 512
 #   profile   LE_PROFILE per-op times of a generation at THREADS (F16, Q8_0)
+#   fast      `deno task bench` at THREADS on the Q8_0 file, ours with the
+#             default and then the fast matmulOrder (--fast)
 #   cpubench  `deno task bench` at THREADS against llama.cpp's own CPU variant
 #             (cut off at END_S seconds from the start; finished files print)
+# MODEL_TYPES: the quantized files to write (default q8_0,q4_0,q4_k_m);
+# SERVER_ARGS: more flags for bench:server (e.g. --threads 4).
 # Logs go to $OUT (the device tool's folder) or /tmp/out.
 set -u
 cd "$(dirname "$0")/.."
@@ -59,8 +63,9 @@ f16=.cache/bench/random-$SHAPE-f16.gguf
 model() { echo ".cache/bench/random-$SHAPE-f16$([ "$1" = f16 ] || echo "-$1").gguf"; }
 # The bench models, written while the GPU tests run.
 PREP=
-if has gpubench || has paired || has profile || has cpubench; then
-  deno run -A scripts/gpu_session_models.ts "$SHAPE" "$TH" >"$OUT/prep.txt" 2>&1 &
+if has gpubench || has paired || has profile || has fast || has cpubench; then
+  deno run -A scripts/gpu_session_models.ts "$SHAPE" "$TH" "${MODEL_TYPES:-q8_0,q4_0,q4_k_m}" \
+    >"$OUT/prep.txt" 2>&1 &
   PREP=$!
 fi
 if has cuda; then
@@ -103,7 +108,7 @@ fi
 if has server; then
   el server bench
   timeout $((SERVER_S * 2 + 60)) deno run -A bench/server.ts --clients 1,16 --seconds "$SERVER_S" \
-    --warmup 10 >"$OUT/server.txt" 2>&1
+    --warmup 10 ${SERVER_ARGS:-} >"$OUT/server.txt" 2>&1
   echo "server bench rc=$?"
   grep -v 'RSS MiB each second' "$OUT/server.txt"
 fi
@@ -126,6 +131,15 @@ if has profile; then
       --temp 0 -t "$TH" 2>&1 | grep -E 'generation|le_profile'
   done >"$OUT/profile.txt" 2>&1
   cat "$OUT/profile.txt"
+fi
+if has fast; then
+  el fast matmul order, $TH threads
+  for f in "" --fast; do
+    [ "$(left)" -gt 30 ] || break
+    timeout "$(left)" deno run -A bench/bench.ts --model "$(model q8_0)" --threads "$TH" -p 512 \
+      -n 128 --reps "${CPU_REPS:-3}" --no-tokenizer --no-sampling $f 2>&1 | grep -v '^bench:'
+  done >"$OUT/fast.txt" 2>&1
+  cat "$OUT/fast.txt"
 fi
 if has cpubench; then
   el cpu bench

@@ -50,6 +50,7 @@ Deno.test("Context.create: bad options are OptionErrors, kvType q8_0 and backend
     [{ flashAttn: true, flashAttnPrecision: "f64" }, "flashAttnPrecision", `"default", "f32"`],
     // f32 is a flash-attention arithmetic: without flashAttn it would change nothing
     [{ flashAttnPrecision: "f32" }, "flashAttnPrecision", "needs flashAttn"],
+    [{ matmulOrder: "quick" }, "matmulOrder", `"default", "fast"`],
   ];
   for (const [opts, option, shown] of cases) {
     await rejectsOption(() => Context.create(model, opts), option, shown);

@@ -46,13 +46,14 @@ export async function ourGreedy(
   path: string,
   prompt: number[],
   n: number,
-  opts: { backend?: "cpu" | "wasm"; threads?: number } = {},
+  opts: { backend?: "cpu" | "wasm"; threads?: number; matmulOrder?: "default" | "fast" } = {},
 ) {
   using model = await Model.load(path);
   using ctx = await Context.create(model, {
     nCtx: 256,
     threads: opts.threads ?? 2,
     ...(opts.backend ? { backend: opts.backend } : {}),
+    ...(opts.matmulOrder ? { matmulOrder: opts.matmulOrder } : {}),
   });
   let logits = (await ctx.decode(prompt)).logits[0];
   const tokens: number[] = [], gaps: number[] = [], all: Float32Array[] = [];
@@ -72,7 +73,11 @@ export async function ourGreedy(
  * prompt of PROMPTS: the same tokens, and logits within LOGIT_TOL, at every
  * step before llama.cpp's first top-2 gap below NEAR_TIE.
  */
-export async function assertSameGreedy(path: string, label: string): Promise<GreedyMatch[]> {
+export async function assertSameGreedy(
+  path: string,
+  label: string,
+  opts: { matmulOrder?: "default" | "fast"; tol?: number } = {},
+): Promise<GreedyMatch[]> {
   const oracle = await loadOracle();
   using om = oracle.load(path);
   using oc = om.context({ nCtx: 256, threads: 1 });
@@ -80,8 +85,10 @@ export async function assertSameGreedy(path: string, label: string): Promise<Gre
   for (const text of PROMPTS) {
     const prompt = om.tokenize(text, { addSpecial: true });
     const want = oc.greedy(prompt, N_GEN);
-    const got = await ourGreedy(path, prompt, N_GEN);
-    out.push(assertGreedyMatch(`${label} ${JSON.stringify(text)}`, want, got, LOGIT_TOL));
+    const got = await ourGreedy(path, prompt, N_GEN, opts);
+    out.push(
+      assertGreedyMatch(`${label} ${JSON.stringify(text)}`, want, got, opts.tol ?? LOGIT_TOL),
+    );
   }
   const compared = out.reduce((n, r) => n + r.upto, 0);
   assert.ok(compared >= MIN_COMPARED, `${label}: only ${compared} steps before near-ties`);

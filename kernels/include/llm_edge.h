@@ -156,10 +156,16 @@ const char *le_ctx_error(const le_ctx *ctx);
  * layout made by le_repack (ne/nb still describe the plain rows). */
 #define LE_FLAG_Q4_0_8X8 1 /* Q4_0, 8 rows interleaved (llama.cpp's q4_0_8x8) */
 #define LE_FLAG_Q4_K_8X8 2 /* Q4_K, 8 rows interleaved (llama.cpp's q4_K_8x8) */
+/* Q8_0, 16 rows interleaved 4 codes at a time (kernels/src/repack_q8_0.c): a
+ * faster float order than llama.cpp's, never the default (le_repack_flag_fast) */
+#define LE_FLAG_Q8_0_16X4 3
 /* The layout (LE_FLAG_*) mul_mat wants for a 2-D weight of `type`, ne0 x
  * ne1, at the SIMD level in effect, or 0 for plain rows: where llama.cpp's
  * matching CPU variant repacks (ggml_repack_get_optimal_repack_type). */
 int32_t le_repack_flag(int32_t type, int64_t ne0, int64_t ne1);
+/* The same where faster float orders are allowed (ContextOptions.matmulOrder
+ * "fast"): also Q8_0 into LE_FLAG_Q8_0_16X4 at AVX-512 VNNI, ne1 % 16 == 0. */
+int32_t le_repack_flag_fast(int32_t type, int64_t ne0, int64_t ne1);
 /* Bytes layout `flag` takes for an ne0 x ne1 weight of `type` (-1: no such
  * layout for that type and shape). */
 int64_t le_repack_size(int32_t flag, int32_t type, int64_t ne0, int64_t ne1);

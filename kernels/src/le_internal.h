@@ -231,11 +231,20 @@ int le_repacked_check(const le_node *node); /* 0 or -1 with error set */
 int le_repack_q4_0_8x8(const void *src, void *dst, int64_t ne0, int64_t ne1);
 int le_repack_q4_k_8x8(const void *src, void *dst, int64_t ne0, int64_t ne1);
 int64_t le_repack_q4_k_8x8_size(int64_t ne0, int64_t ne1);
-/* Rows [ir0, ir1) (multiples of 8) of a weight in layout `flag` with K
- * columns against ne11 rows of its vec_dot type (by bytes apart):
- * dst[c * bs + r]. */
+/* Rows [ir0, ir1) (multiples of 8; of 16 for Q8_0 16x4) of a weight in
+ * layout `flag` with K columns against ne11 rows of its vec_dot type (by
+ * bytes apart): dst[c * bs + r]. col: the columns' per-block extras where
+ * the layout needs them (Q8_0 16x4: le_q8_0x16_col_start, nb per column). */
 void le_repacked_rows(int32_t flag, int64_t K, const void *x, int64_t ir0, int64_t ir1,
-                      int64_t M, const char *y, size_t by, int64_t ne11, float *dst, size_t bs);
+                      int64_t M, const char *y, size_t by, int64_t ne11, const int32_t *col,
+                      float *dst, size_t bs);
+/* repack_q8_0.c: LE_FLAG_Q8_0_16X4 (ContextOptions.matmulOrder "fast") */
+int le_repack_q8_0_16x4(const void *src, void *dst, int64_t ne0, int64_t ne1);
+int64_t le_repack_q8_0_16x4_size(int64_t ne0, int64_t ne1);
+int le_q8_0x16_wanted(void);
+void le_q8_0x16_col_start(const void *y, int64_t nb, int32_t *start);
+void le_q8_0x16_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, const char *y,
+                     size_t by, int64_t ne11, const int32_t *start, float *dst, size_t bs);
 void le_q4_0x8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, int64_t M, const char *y,
                     size_t by, int64_t ne11, float *dst, size_t bs);
 void le_q4_kx8_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, int64_t M, const char *y,

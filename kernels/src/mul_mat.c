@@ -109,7 +109,9 @@ static const le_gemm_scaled *scaled_tiles(const le_node *n, const le_type_traits
 }
 
 int le_mm_col_scales(const le_node *n) {
-  return scaled_tiles(n, le_traits(n->src[0].type)) != NULL;
+  /* a Q8_0 16x4 weight's columns need their block sums' starts (one int32
+   * per block, in the same place: repack_q8_0.c) */
+  return n->src[0].flags == LE_FLAG_Q8_0_16X4 || scaled_tiles(n, le_traits(n->src[0].type)) != NULL;
 }
 
 /* tile_block with scaled tiles (le_gemm_scaled): per 16 rows each row's
@@ -266,6 +268,9 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   /* the AVX-512 q8_0 tiles' column scales, [src1 row][block], converted with the rows */
   const le_gemm_scaled *const colsc = scaled_tiles(n, t);
   float *const ysc = colsc ? (float *)(void *)(wdata + le_mm_col_scales_offset(n, vt)) : NULL;
+  int32_t *const ystart = a->flags == LE_FLAG_Q8_0_16X4
+                              ? (int32_t *)(void *)(wdata + le_mm_col_scales_offset(n, vt))
+                              : NULL;
 
   if (!direct) {
     const int64_t nr = ne11 * ne12 * ne13;
@@ -291,6 +296,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       }
       vt->from_float_act(src, wdata + (size_t)r * vrow, K);
       if (colsc) colsc->scales(wdata + (size_t)r * vrow, K / LE_QK, ysc + r * (K / LE_QK));
+      if (ystart) le_q8_0x16_col_start(wdata + (size_t)r * vrow, K / LE_QK, ystart + r * (K / LE_QK));
     }
     if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
   }
@@ -365,7 +371,7 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
       continue;
     }
     if (repacked) { /* 2-D: plane 0 only; ir0, ir1 multiples of 8 (M % 8 == 0) */
-      le_repacked_rows(repacked, K, arow, ir0, ir1, M, (const char *)wdata, vrow, ne11,
+      le_repacked_rows(repacked, K, arow, ir0, ir1, M, (const char *)wdata, vrow, ne11, ystart,
                        (float *)(uintptr_t)d->data, (size_t)d->nb[1] / 4);
       continue;
     }

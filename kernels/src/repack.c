@@ -375,7 +375,14 @@ int32_t le_repack_flag(int32_t type, int64_t ne0, int64_t ne1) {
   return 0;
 }
 
+int32_t le_repack_flag_fast(int32_t type, int64_t ne0, int64_t ne1) {
+  if (type == LE_TYPE_Q8_0 && le_q8_0x16_wanted() && le_repack_q8_0_16x4_size(ne0, ne1) >= 0)
+    return LE_FLAG_Q8_0_16X4;
+  return le_repack_flag(type, ne0, ne1);
+}
+
 int64_t le_repack_size(int32_t flag, int32_t type, int64_t ne0, int64_t ne1) {
+  if (flag == LE_FLAG_Q8_0_16X4 && type == LE_TYPE_Q8_0) return le_repack_q8_0_16x4_size(ne0, ne1);
   if (ne0 <= 0 || ne1 <= 0 || ne1 % 8) return -1;
   if (flag == LE_FLAG_Q4_0_8X8 && type == LE_TYPE_Q4_0 && ne0 % LE_QK == 0)
     return ne0 / LE_QK * ne1 * (int64_t)sizeof(le_block_q4_0);
@@ -394,13 +401,16 @@ int32_t le_repack(int32_t flag, int32_t type, const void *src, void *dst, uint64
   }
   if (flag == LE_FLAG_Q4_0_8X8 && type == LE_TYPE_Q4_0) return le_repack_q4_0_8x8(src, dst, ne0, ne1);
   if (flag == LE_FLAG_Q4_K_8X8 && type == LE_TYPE_Q4_K) return le_repack_q4_k_8x8(src, dst, ne0, ne1);
+  if (flag == LE_FLAG_Q8_0_16X4 && type == LE_TYPE_Q8_0) return le_repack_q8_0_16x4(src, dst, ne0, ne1);
   le_set_error("repack: no layout %d for type %d", flag, type);
   return -1;
 }
 
 void le_repacked_rows(int32_t flag, int64_t K, const void *x, int64_t ir0, int64_t ir1,
-                      int64_t M, const char *y, size_t by, int64_t ne11, float *dst, size_t bs) {
-  if (flag == LE_FLAG_Q4_K_8X8) le_q4_kx8_rows(K, x, ir0, ir1, M, y, by, ne11, dst, bs);
+                      int64_t M, const char *y, size_t by, int64_t ne11, const int32_t *col,
+                      float *dst, size_t bs) {
+  if (flag == LE_FLAG_Q8_0_16X4) le_q8_0x16_rows(K, x, ir0, ir1, y, by, ne11, col, dst, bs);
+  else if (flag == LE_FLAG_Q4_K_8X8) le_q4_kx8_rows(K, x, ir0, ir1, M, y, by, ne11, dst, bs);
   else le_q4_0x8_rows(K, x, ir0, ir1, M, y, by, ne11, dst, bs);
 }
 

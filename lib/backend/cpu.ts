@@ -43,6 +43,13 @@ export interface CpuBackendOptions {
    * are the same bits either way; false keeps mapped weights as the only copy.
    */
   repack?: boolean;
+  /**
+   * "fast": also repack where a faster float order than llama.cpp's exists
+   * (Q8_0 at AVX-512 VNNI: kernels/src/repack_q8_0.c), so results differ
+   * from llama.cpp's in the last bits (ContextOptions.matmulOrder; default
+   * "default"). Needs `repack`.
+   */
+  matmulOrder?: "default" | "fast";
 }
 
 /** Default of {@link CpuBackendOptions.syncBelowMs}. */
@@ -237,7 +244,13 @@ export class CpuBackend implements Backend {
     const ctx = lib.symbols.le_ctx_new(t);
     if (ctx === null) throw new NativeComputeError(`le_ctx_new: ${lib.lastError()}`);
     this.#s = { lib, ctx, buffers: new Set(), programs: [], copies: new Set() };
-    this.#repack = options.repack === false ? null : new WeightRepacker(lib, this.#s.copies);
+    const order = options.matmulOrder ?? "default";
+    if (order !== "default" && order !== "fast") {
+      throw new RangeError(`matmulOrder ${JSON.stringify(order)} is not "default" or "fast"`);
+    }
+    this.#repack = options.repack === false
+      ? null
+      : new WeightRepacker(lib, this.#s.copies, order === "fast");
     forgotten.register(this, this.#s, this);
   }
 

@@ -7,7 +7,9 @@
  * reads it, shared by every CPU backend that reads the same weight, and
  * MUL_MAT nodes are encoded against it (with the layout in the `le_tensor`
  * flags). Results are bit-identical to the plain rows' (kernels/src/repack.c):
- * only the memory layout changes.
+ * only the memory layout changes. A backend made with matmulOrder "fast"
+ * also repacks Q8_0 weights where a faster float order exists
+ * (kernels/src/repack_q8_0.c; no longer llama.cpp's bits).
  *
  * Only read-only host memory is repacked (weights mapped from a file): a
  * writable buffer could change under a copy made earlier. A copy is freed
@@ -49,6 +51,7 @@ export interface SharedCopy extends Repacked {
 const BLOCKS = new Map<number, readonly [number, number]>([
   [GGMLType.Q4_0, [32, 18]],
   [GGMLType.Q4_K, [256, 144]],
+  [GGMLType.Q8_0, [32, 34]], // in the fast order only (le_repack_flag_fast)
 ]);
 
 // Per library, per source buffer: "offset:type:ne0:ne1" → the copy (null:
@@ -84,11 +87,16 @@ export function liveCopies(lib: NativeLibrary): number {
 export class WeightRepacker {
   readonly #lib: NativeLibrary;
   readonly #held: Set<SharedCopy>;
+  readonly #fast: boolean;
 
-  /** Copies are made with `lib`; the ones this backend reads go into `held`. */
-  constructor(lib: NativeLibrary, held: Set<SharedCopy>) {
+  /**
+   * Copies are made with `lib`; the ones this backend reads go into `held`.
+   * `fast`: also the layouts of a faster float order (le_repack_flag_fast).
+   */
+  constructor(lib: NativeLibrary, held: Set<SharedCopy>, fast = false) {
     this.#lib = lib;
     this.#held = held;
+    this.#fast = fast;
   }
 
   /** Bytes of the repacked copies this backend reads. */
@@ -114,7 +122,10 @@ export class WeightRepacker {
     if (!bufs) TABLES.set(this.#lib, bufs = new WeakMap());
     let table = bufs.get(buf);
     if (!table) bufs.set(buf, table = new Map());
-    const key = `${a.data.offset}:${a.type}:${a.ne[0]}:${a.ne[1]}`;
+    // A weight the two orders repack differently (Q8_0: only the fast one
+    // does) has a copy per order; the others share theirs.
+    const order = this.#fast && a.type === GGMLType.Q8_0 ? ":fast" : "";
+    const key = `${a.data.offset}:${a.type}:${a.ne[0]}:${a.ne[1]}${order}`;
     let r = table.get(key);
     if (r === undefined) {
       r = this.#make(a, src, table, key);
@@ -136,7 +147,9 @@ export class WeightRepacker {
   ): SharedCopy | null {
     const sym = this.#lib.symbols;
     const [ne0, ne1] = a.ne;
-    const flags = sym.le_repack_flag(a.type, BigInt(ne0), BigInt(ne1));
+    const flags = this.#fast
+      ? sym.le_repack_flag_fast(a.type, BigInt(ne0), BigInt(ne1))
+      : sym.le_repack_flag(a.type, BigInt(ne0), BigInt(ne1));
     if (flags === 0) return null;
     const bytes = ne1 * a.nb[1];
     // The copy's size as the layout needs it (Q4_K's is larger than the rows).
@@ -175,7 +188,8 @@ export class WeightRepacker {
 }
 
 // A weight llama.cpp could repack: read-only host memory (a mapped model
-// file), Q4_0 or Q4_K, plain contiguous 2-D rows, whole groups of 8 rows.
+// file), Q4_0 or Q4_K (or Q8_0, repacked in the fast order only), plain
+// contiguous 2-D rows, whole groups of 8 rows (16 for Q8_0: the C side says).
 function repackable(a: ResolvedTensor): boolean {
   const buf = a.data.buffer as BackendBuffer & { readOnly?: boolean };
   if (buf.backend !== "host" || buf.readOnly !== true) return false;

@@ -21,13 +21,15 @@ import type { Backend } from "./types.ts";
 export interface BackendFactoryOptions {
   /** CPU threads asked for (undefined: the backend's default). */
   readonly threads?: number;
+  /** The matrix products' float order (ContextOptions.matmulOrder; undefined: "default"). */
+  readonly matmulOrder?: "default" | "fast";
 }
 
 /** Opens one backend; the result's `name` is the name it was registered under. */
 export type BackendFactory = (options: BackendFactoryOptions) => Promise<Backend>;
 
 const BUILTIN = new Map<string, BackendFactory>([
-  ["cpu", (o) => CpuBackend.create({ threads: o.threads })],
+  ["cpu", (o) => CpuBackend.create({ threads: o.threads, matmulOrder: o.matmulOrder })],
   ["ref", () => Promise.resolve(new ReferenceBackend())],
   ["cuda", () => CudaBackend.create()],
   ["wasm", (o) => WasmBackend.create({ threads: o.threads })],

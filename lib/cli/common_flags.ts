@@ -54,6 +54,14 @@ export const flashAttnPrecisionFlag = () =>
       "flash attention arithmetic: llama.cpp's (default) or f32, faster over a deep cache (needs --flash-attn)",
   });
 
+/** --matmul-order. */
+export const matmulOrderFlag = () =>
+  flag.choice(["default", "fast"], {
+    default: "default",
+    description:
+      "matrix products' float order: llama.cpp's (default) or fast (Q8_0 at AVX-512 VNNI; logits differ in the last bits)",
+  });
+
 /** --cache-type / --ctk. */
 export const cacheTypeFlag = () =>
   flag.choice(["f16", "f32", "q8_0"], {

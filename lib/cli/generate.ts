@@ -19,6 +19,7 @@ import {
   cacheTypeFlag,
   flashAttnFlag,
   flashAttnPrecisionFlag,
+  matmulOrderFlag,
   modelFlag,
   threadsFlag,
 } from "./common_flags.ts";
@@ -109,6 +110,7 @@ export const GENERATE_FLAGS = {
   }),
   "flash-attn": flashAttnFlag(),
   "fa-precision": flashAttnPrecisionFlag(),
+  "matmul-order": matmulOrderFlag(),
   "cache-type": cacheTypeFlag(),
   "gpu-layers": flag.int({
     aliases: ["n-gpu-layers"],
@@ -203,6 +205,7 @@ export function main(args: string[]): Promise<number> {
       ...(a["gpu-layers"] ? { nGpuLayers: a["gpu-layers"] } : { backend: a.backend }),
       flashAttn: a["flash-attn"],
       flashAttnPrecision: a["fa-precision"] as "default" | "f32",
+      matmulOrder: a["matmul-order"] as "default" | "fast",
       kvType: a["cache-type"],
     });
     const loadMs = performance.now() - tLoad;

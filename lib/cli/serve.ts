@@ -13,6 +13,7 @@ import {
   cacheTypeFlag,
   flashAttnFlag,
   flashAttnPrecisionFlag,
+  matmulOrderFlag,
   modelFlag,
   threadsFlag,
 } from "./common_flags.ts";
@@ -49,6 +50,7 @@ export const SERVE_FLAGS = {
   }),
   "flash-attn": flashAttnFlag(),
   "fa-precision": flashAttnPrecisionFlag(),
+  "matmul-order": matmulOrderFlag(),
   "kv-unified": flag.boolean({
     aliases: ["kvu"],
     description:
@@ -79,6 +81,7 @@ export function main(args: string[]): Promise<number> {
       threads: a.threads,
       flashAttn: a["flash-attn"],
       flashAttnPrecision: a["fa-precision"] as "default" | "f32",
+      matmulOrder: a["matmul-order"] as "default" | "fast",
       kvUnified: a["kv-unified"],
       kvType: a["cache-type"] as "f16" | "f32" | "q8_0",
       chatTemplate: tpl === undefined ? undefined : await Deno.readTextFile(tpl),

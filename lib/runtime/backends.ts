@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { createBackend } from "../backend/registry.ts";
+import { type BackendFactoryOptions, createBackend } from "../backend/registry.ts";
 import { ffiAvailable } from "../../ffi/wasm.ts";
 import type { Backend } from "../backend/types.ts";
 
@@ -111,11 +111,11 @@ export function choiceOptions(
  */
 export async function openBackends(
   plan: BackendPlan,
-  threads: number | undefined,
+  options: BackendFactoryOptions,
   stack: DisposableStack,
 ): Promise<Backend[]> {
   const out: Backend[] = [];
-  for (const name of plan.backends) out.push(stack.use(await createBackend(name, { threads })));
+  for (const name of plan.backends) out.push(stack.use(await createBackend(name, options)));
   return out;
 }
 

@@ -209,7 +209,11 @@ export class Context implements Disposable, AsyncDisposable {
     });
     // The choice is data: registry names in order and a layer split.
     const plan = backendPlan(choice, hp.nLayer);
-    const backends = await openBackends(plan, options.threads, stack);
+    const backends = await openBackends(
+      plan,
+      { threads: options.threads, matmulOrder: options.matmulOrder },
+      stack,
+    );
     const assign = layerAssignment(plan, backends);
     const taps = options.debugTaps?.length ? new Set(options.debugTaps) : undefined;
     const { kv, rs, sched } = allocateMemory(model, o, { backends, assign, taps, label, stack });

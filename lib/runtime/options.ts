@@ -112,6 +112,23 @@ export interface ContextOptions {
    */
   flashAttnPrecision?: "default" | "f32";
   /**
+   * The matrix products' float order. "default": llama.cpp's (the same
+   * logits, bit for bit, as its CPU variant our kernels follow). "fast":
+   * where a kernel with a faster order exists, it runs instead, and logits
+   * differ from llama.cpp's in the last bits: today Q8_0 weights on CPUs
+   * with AVX-512 VNNI, repacked 16 rows at a time at the first compute
+   * (each block's products summed exactly, one rounding per block;
+   * kernels/PARITY.md section 34), about 1.5x on a prompt's products. Where no
+   * such kernel exists (other weight types, AVX2 CPUs, other backends) the
+   * default order runs. Default "default".
+   *
+   * @example A faster prompt on a Q8_0 model
+   * ```ts ignore
+   * const ctx = await Context.create(model, { matmulOrder: "fast" });
+   * ```
+   */
+  matmulOrder?: "default" | "fast";
+  /**
    * Where layers run: "cpu" (native kernels), "ref" (pure TypeScript),
    * "wasm" (the native kernels compiled to WebAssembly: no FFI needed, one
    * thread, the CPU backend's scalar-level results), or
@@ -227,6 +244,7 @@ const CONTEXT_KEYS = [
   "kvType",
   "flashAttn",
   "flashAttnPrecision",
+  "matmulOrder",
   "backend",
   "backends",
   "layerSplit",
@@ -255,6 +273,10 @@ export function validateContextOptions(hp: HParams, o: ContextOptions | undefine
   }
   if (prec === "f32" && o.flashAttn !== true) {
     c.fail("flashAttnPrecision", prec, `"default" ("f32" needs flashAttn: true)`);
+  }
+  const order = o.matmulOrder;
+  if (order !== undefined && order !== "default" && order !== "fast") {
+    c.fail("matmulOrder", order, `"default", "fast"`);
   }
   if (o.kvType !== undefined && !(KV_TYPES as readonly unknown[]).includes(o.kvType)) {
     // Building another type as f16 would hide the choice.

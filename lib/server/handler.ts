@@ -79,6 +79,8 @@ export interface HandlerOptions {
   flashAttn?: boolean;
   /** Flash attention's arithmetic (the context option `flashAttnPrecision`). */
   flashAttnPrecision?: "default" | "f32";
+  /** The matrix products' float order (the context option `matmulOrder`). */
+  matmulOrder?: "default" | "fast";
   /** KV cache type (default f16). */
   kvType?: "f16" | "f32" | "q8_0";
   /**
@@ -154,6 +156,7 @@ export function createHandler(options: HandlerOptions): Handler {
       threads: options.threads,
       flashAttn: options.flashAttn,
       flashAttnPrecision: options.flashAttnPrecision,
+      matmulOrder: options.matmulOrder,
       kvType: options.kvType,
     });
     const seqs = Array.from({ length: parallel }, () => ctx.sequence());

@@ -1,0 +1,235 @@
+/**
+ * The fast float order for Q8_0 weights (ContextOptions.matmulOrder "fast";
+ * kernels/src/repack_q8_0.c): on CPUs with AVX-512 VNNI the CPU backend
+ * repacks a mapped Q8_0 weight with ne1 % 16 == 0 into 16-row groups, and
+ * every MUL_MAT output must equal an independent computation of that order
+ * bit for bit (per output acc = fma(block integer dot, d_x * d_y, acc) over
+ * the blocks, activations through llama.cpp's q8_0 quantizer) — 1 to 17
+ * columns, 1 to 5 row groups, 1 to 3 threads — and stay within float
+ * rounding of the exact product. The default order never repacks Q8_0; a
+ * weight whose rows are not whole groups of 16 keeps the plain rows (and
+ * llama.cpp's bits); the portable kernel gives the SIMD kernel's bits; and
+ * end to end tolstoy-6m Q8_0 keeps llama.cpp's greedy tokens under the
+ * near-tie rule, logits within ORDER_LOGIT_TOL (tests/oracle/oracle.ts).
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { loadLibrary } from "../ffi/library.ts";
+import { SimdLevel } from "../ffi/symbols.ts";
+import { CpuBackend } from "../lib/backend/cpu.ts";
+import type { Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
+import type { BackendBuffer } from "../lib/ggml/memory.ts";
+import { mapFile } from "../lib/gguf/mmap.ts";
+import { Op } from "../lib/graph/ops.ts";
+import { GGMLType } from "../lib/ggml/types.ts";
+import { fp16ToF32 } from "../lib/ggml/half.ts";
+import { ORDER_LOGIT_TOL } from "./oracle/oracle.ts";
+import { assertSameGreedy, llamaQuantized, N_GEN } from "./quant_util.ts";
+import { mulberry32 as rng } from "./rng.ts";
+
+const lib = await loadLibrary();
+const { F32, Q8_0 } = GGMLType;
+const K = 256;
+const level = lib.symbols.le_set_simd_level(SimdLevel.BEST);
+const vnni = lib.symbols.le_repack_flag_fast(Q8_0, BigInt(K), 16n) !== 0;
+const SKIP = vnni ? "" : " [skipped: no AVX-512 VNNI, where the fast order is the default one]";
+
+/** K x M random Q8_0 weights (llama.cpp's reference quantizer), scales over decades. */
+function weights(k: number, m: number, seed: number): Uint8Array {
+  const r = rng(seed);
+  const w = Float32Array.from({ length: k * m }, (_, i) => {
+    const x = (r() - 0.5) * 2, block = Math.floor(i / 32);
+    return x * (block % 7 === 3 ? 300 : block % 5 === 1 ? 1e-4 : 1);
+  });
+  const a = new Uint8Array((w.length / 32) * 34);
+  assert.equal(lib.symbols.le_quantize_row(Q8_0, w, a, BigInt(w.length)), 0);
+  return a;
+}
+
+function tensor(type: number, ne: Dims, buffer: BackendBuffer, offset = 0): ResolvedTensor {
+  const row = type === Q8_0 ? (ne[0] / 32) * 34 : ne[0] * 4;
+  const nb: Dims = [type === Q8_0 ? 34 : 4, row, row * ne[1], row * ne[1] * ne[2]];
+  return { type, ne, nb, data: { buffer, offset } };
+}
+
+async function mulMat(
+  cpu: CpuBackend,
+  wbuf: BackendBuffer,
+  off: number,
+  m: number,
+  b: Float32Array,
+): Promise<Float32Array> {
+  const n = b.length / K;
+  const bb = cpu.alloc(b.byteLength), db = cpu.alloc(m * n * 4);
+  bb.bytes.set(new Uint8Array(b.buffer));
+  const node = {
+    op: Op.MUL_MAT as ExecNode["op"],
+    dst: tensor(F32, [m, n, 1, 1], db),
+    src: [tensor(Q8_0, [K, m, 1, 1], wbuf, off), tensor(F32, [K, n, 1, 1], bb)],
+    params: new Int32Array(16),
+    name: "mul_mat",
+  } as ExecNode;
+  await cpu.compute([node]);
+  const out = new Float32Array(db.bytes.slice(0, m * n * 4).buffer);
+  cpu.free(bb);
+  cpu.free(db);
+  return out;
+}
+
+/**
+ * The fast order computed independently, and the exact product (float64
+ * of the same integers and scales) with the sum of the terms' magnitudes.
+ */
+function reference(a: Uint8Array, m: number, b: Float32Array) {
+  const n = b.length / K, nb = K / 32;
+  const fast = new Float32Array(m * n),
+    exact = new Float64Array(m * n),
+    mag = new Float64Array(m * n);
+  const q = new Uint8Array(n * nb * 34);
+  assert.equal(lib.symbols.le_quantize_row(Q8_0, b, q, BigInt(b.length)), 0);
+  const qv = new DataView(q.buffer), av = new DataView(a.buffer);
+  for (let c = 0; c < n; c++) {
+    for (let r = 0; r < m; r++) {
+      let acc = 0, e = 0, s = 0;
+      for (let i = 0; i < nb; i++) {
+        const xo = (r * nb + i) * 34, yo = (c * nb + i) * 34;
+        let isum = 0;
+        for (let j = 0; j < 32; j++) isum += av.getInt8(xo + 2 + j) * qv.getInt8(yo + 2 + j);
+        const dx = fp16ToF32(av.getUint16(xo, true)), dy = fp16ToF32(qv.getUint16(yo, true));
+        acc = Math.fround(isum * Math.fround(dx * dy) + acc);
+        e += isum * dx * dy;
+        s += Math.abs(isum * dx * dy);
+      }
+      fast[c * m + r] = acc;
+      exact[c * m + r] = e;
+      mag[c * m + r] = s;
+    }
+  }
+  return { fast, exact, mag };
+}
+
+function assertSameBits(got: Float32Array, want: Float32Array, m: number, label: string): void {
+  const g = new Uint32Array(got.buffer), w = new Uint32Array(want.buffer);
+  const bad = g.findIndex((x, i) => x !== w[i]);
+  assert.equal(
+    bad,
+    -1,
+    `${label}: output ${bad} (row ${bad % m}, column ${Math.floor(bad / m)}) ` +
+      `got ${got[bad]}, want ${want[bad]}`,
+  );
+}
+
+// Several weights in one mapped file, at offsets that are not 64-byte aligned;
+// 24 and 40 rows are not whole groups of 16 (plain rows, the default order).
+const SHAPES = [{ m: 16 }, { m: 32 }, { m: 48 }, { m: 80 }, { m: 24 }, { m: 40 }];
+const COLUMNS = [1, 2, 3, 4, 5, 8, 9, 17];
+
+Deno.test({
+  name: "matmulOrder fast: Q8_0 mul_mat over 16-row groups equals the fast order computed " +
+    "independently, bit for bit (1 to 17 columns, 1 to 5 groups, 1 to 3 threads); other " +
+    "shapes and the default order keep llama.cpp's" + SKIP,
+  ignore: !vnni,
+  fn: async () => {
+    const dir = await Deno.makeTempDir();
+    try {
+      const parts = SHAPES.map((s, i) => weights(K, s.m, 7 + i));
+      const offsets: number[] = [];
+      let size = 2;
+      for (const p of parts) offsets.push(size), size += p.length + 2;
+      const file = new Uint8Array(size);
+      parts.forEach((p, i) => file.set(p, offsets[i]));
+      const path = join(dir, "w.bin");
+      await Deno.writeFile(path, file);
+      using map = mapFile(path, lib);
+      const r = rng(99);
+      for (const threads of [1, 2, 3]) {
+        using plain = new CpuBackend({ threads, library: lib });
+        using fast = new CpuBackend({ threads, library: lib, matmulOrder: "fast" });
+        for (const [i, { m }] of SHAPES.entries()) {
+          for (const n of COLUMNS) {
+            const b = Float32Array.from({ length: K * n }, () => (r() - 0.5) * 4);
+            const want = await mulMat(plain, map, offsets[i], m, b);
+            const got = await mulMat(fast, map, offsets[i], m, b);
+            const label = `M ${m} N ${n}, ${threads} threads`;
+            if (m % 16) {
+              assertSameBits(got, want, m, `${label} (plain rows)`);
+              continue;
+            }
+            const ref = reference(parts[i], m, b);
+            assertSameBits(got, ref.fast, m, label);
+            // Within float rounding of the exact sum (each block's products
+            // are summed exactly; ggml's 8-lane order can be further off
+            // where a block's lanes cancel, and is checked against llama.cpp
+            // by the parity tests).
+            for (let j = 0; j < got.length; j++) {
+              const tol = 1e-6 * ref.mag[j] + 1e-30;
+              assert.ok(Math.abs(got[j] - ref.exact[j]) <= tol, `${label}: ${j} far from exact`);
+            }
+          }
+        }
+        assert.equal(plain.repackedBytes, 0);
+        const packed = SHAPES.reduce((t, s, i) => t + (s.m % 16 ? 0 : parts[i].length), 0);
+        assert.equal(fast.repackedBytes, packed);
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name: "matmulOrder fast: a repacked Q8_0 weight met at another SIMD level takes the " +
+    "portable kernel, with the same bits" + SKIP,
+  ignore: !vnni,
+  fn: async () => {
+    const a = weights(K, 32, 3);
+    const b = Float32Array.from({ length: K * 6 }, (_, i) => Math.sin(i) * 3);
+    const dir = await Deno.makeTempDir();
+    try {
+      const path = join(dir, "w.bin");
+      await Deno.writeFile(path, a);
+      using map = mapFile(path, lib);
+      using cpu = new CpuBackend({ threads: 2, library: lib, matmulOrder: "fast" });
+      const simd = await mulMat(cpu, map, 0, 32, b);
+      assert.equal(cpu.repackedBytes, a.length);
+      try {
+        // The scalar level quantizes the activations with the same bytes.
+        assert.equal(lib.symbols.le_set_simd_level(SimdLevel.SCALAR), SimdLevel.SCALAR);
+        assertSameBits(await mulMat(cpu, map, 0, 32, b), simd, 32, "scalar level");
+      } finally {
+        lib.symbols.le_set_simd_level(level);
+      }
+      assertSameBits(simd, reference(a, 32, b).fast, 32, "reference");
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test("matmulOrder: the CPU backend refuses a value it does not know", () => {
+  assert.throws(
+    () => new CpuBackend({ library: lib, matmulOrder: "quick" as "fast" }),
+    /matmulOrder "quick" is not "default" or "fast"/,
+  );
+});
+
+Deno.test({
+  name: "matmulOrder fast: greedy 64 tokens on tolstoy-6m Q8_0 match llama.cpp's under the " +
+    "shared near-tie rule, logits within the one threshold" + SKIP,
+  ignore: !vnni,
+  fn: async () => {
+    const path = await llamaQuantized("Q8_0");
+    const opts = { matmulOrder: "fast", tol: ORDER_LOGIT_TOL } as const;
+    for (const r of await assertSameGreedy(path, "Q8_0 fast", opts)) {
+      console.log(
+        `Q8_0 fast: compared ${r.upto} steps, logits max |diff| ${r.worst.toExponential(2)}` +
+          (r.firstDifferent < 0
+            ? `, all ${N_GEN} tokens equal`
+            : `, first token difference at ${r.firstDifferent}`),
+      );
+      // Not llama.cpp's bits: the order differs (a test that passed with
+      // identical logits would not show the fast kernels ran).
+      assert.ok(r.worst > 0, "the fast order gave llama.cpp's exact logits");
+    }
+  },
+});
