@@ -332,13 +332,17 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   int64_t per = ne11 == 1 && !panel ? MV_BLOCKS : 1;
   if ((nbase + per - 1) / per * planes < 4 * p->nth && planes < p->nth)
     per = (nbase + p->nth - 1) / p->nth;
-  /* A repacked matrix-vector product streams its weights once: one
-   * contiguous range per thread, as llama.cpp's repack gemv splits ne01,
-   * keeps each thread's reads sequential for the hardware prefetcher
-   * (1.1B Q4_0 decode, Zen 4, 2 threads: ~42 -> ~47 t/s against 64-row
-   * units taken in turn, whose streams restart every 72 KiB). No units are
-   * left to take from a preempted thread; le_adapt covers a busy machine. */
-  if (repacked && ne11 == 1 && planes == 1) per = (nbase + p->nth - 1) / p->nth;
+  /* A matrix-vector product streams its weights once: one contiguous
+   * range per thread, as llama.cpp's repack gemv splits ne01, keeps each
+   * thread's reads sequential for the hardware prefetcher (1.1B Q4_0
+   * decode, Zen 4, 2 threads: ~42 -> ~47 t/s against 64-row units taken in
+   * turn, whose streams restart every 72 KiB). The same for plain rows
+   * (session 18, Zen 4, 2 threads, tg128 medians of 12-16 alternating runs:
+   * 1.1B Q8_0 24.3 -> 26.9, F16 14.9 -> 15.0; 125M F16 101.9 -> 111.1, Q8_0
+   * 155 -> 161); the outputs are the same, each row meets the same kernel
+   * wherever units end. No units are left to take from a preempted thread;
+   * le_adapt covers a busy machine. */
+  if (!panel && ne11 == 1 && planes == 1) per = (nbase + p->nth - 1) / p->nth;
   const int64_t blk_rows = per * base; /* a multiple of 16: repacked rows go 8 at a time */
   const int64_t nrb = (M + blk_rows - 1) / blk_rows;
   const int64_t units = nrb * planes;
