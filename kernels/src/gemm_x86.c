@@ -180,8 +180,8 @@ LE_TARGET_VNNI static inline __m512 ld16(const int F16, const void *p, int64_t l
 }
 
 LE_TARGET_VNNI static inline __attribute__((always_inline)) void
-tile_float(const int F16, const int RM, const int RN, int64_t n, float *s, size_t bs,
-           const void *vx, size_t bx, const void *vy, size_t by) {
+tile_float(const int F16, const int YF16, const int RM, const int RN, int64_t n, float *s,
+           size_t bs, const void *vx, size_t bx, const void *vy, size_t by) {
   __m512 acc[4][4];
 #pragma GCC unroll 4
   for (int r = 0; r < RM; r++)
@@ -193,7 +193,7 @@ tile_float(const int F16, const int RM, const int RN, int64_t n, float *s, size_
     for (int r = 0; r < RM; r++) a[r] = ld16(F16, (const char *)vx + r * bx, l);
 #pragma GCC unroll 4
     for (int c = 0; c < RN; c++) {
-      const __m512 b = ld16(F16, (const char *)vy + c * by, l);
+      const __m512 b = ld16(YF16, (const char *)vy + c * by, l);
 #pragma GCC unroll 4
       for (int r = 0; r < RM; r++) acc[r][c] = _mm512_fmadd_ps(a[r], b, acc[r][c]);
     }
@@ -216,21 +216,29 @@ tile_float(const int F16, const int RM, const int RN, int64_t n, float *s, size_
     for (int c = 0; c < RN; c++) s[c * bs + r] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-#define FLOAT_FN(name, F16, RM, RN)                                                        \
+#define FLOAT_FN(name, F16, YF16, RM, RN)                                                  \
   LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
                                   const void *y, size_t by) {                              \
-    tile_float(F16, RM, RN, n, s, bs, x, bx, y, by);                                       \
+    tile_float(F16, YF16, RM, RN, n, s, bs, x, bx, y, by);                                 \
   }
-FLOAT_FN(f16_4x4, 1, 4, 4)
-FLOAT_FN(f16_4x1, 1, 4, 1)
-FLOAT_FN(f16_1x4, 1, 1, 4)
-FLOAT_FN(f16_1x1, 1, 1, 1)
-FLOAT_FN(f32_4x4, 0, 4, 4)
-FLOAT_FN(f32_4x1, 0, 4, 1)
-FLOAT_FN(f32_1x4, 0, 1, 4)
-FLOAT_FN(f32_1x1, 0, 1, 1)
+FLOAT_FN(f16_4x4, 1, 1, 4, 4)
+FLOAT_FN(f16_4x1, 1, 1, 4, 1)
+FLOAT_FN(f16_1x4, 1, 1, 1, 4)
+FLOAT_FN(f16_1x1, 1, 1, 1, 1)
+FLOAT_FN(f32_4x4, 0, 0, 4, 4)
+FLOAT_FN(f32_4x1, 0, 0, 4, 1)
+FLOAT_FN(f32_1x4, 0, 0, 1, 4)
+FLOAT_FN(f32_1x1, 0, 0, 1, 1)
+/* F16 weights against columns already widened to f32 (the f16 values
+ * exactly): the same operands and chains, half the conversions. */
+FLOAT_FN(f16w_4x4, 1, 0, 4, 4)
+FLOAT_FN(f16w_4x1, 1, 0, 4, 1)
+FLOAT_FN(f16w_1x4, 1, 0, 1, 4)
+FLOAT_FN(f16w_1x1, 1, 0, 1, 1)
 static const le_gemm_tiles sgemm_f16 = {
     .t44 = f16_4x4, .t41 = f16_4x1, .t14 = f16_1x4, .t11 = f16_1x1};
+static const le_gemm_tiles sgemm_f16w = {
+    .t44 = f16w_4x4, .t41 = f16w_4x1, .t14 = f16w_1x4, .t11 = f16w_1x1};
 static const le_gemm_tiles sgemm_f32 = {
     .t44 = f32_4x4, .t41 = f32_4x1, .t14 = f32_1x4, .t11 = f32_1x1};
 
@@ -319,6 +327,13 @@ int le_tinyblas_kn(void) {
   if (lvl == LE_SIMD_AVX2) return 8;
 #endif
   return 0;
+}
+
+const le_gemm_tiles *le_gemm_x86_f16w(void) {
+#if defined(LE_X86)
+  if (le_simd() == LE_SIMD_AVX512) return &sgemm_f16w;
+#endif
+  return NULL;
 }
 
 const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas) {

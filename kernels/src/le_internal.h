@@ -127,6 +127,8 @@ le_f16_rows_fn le_f16_rows(int64_t n, int attention, int grouped);
  * tinyBLAS order at AVX-512 and AVX2 (for N >= 2, K % le_tinyblas_kn() == 0,
  * M % 4 == 0 only, as llama.cpp). */
 const le_gemm_tiles *le_gemm_x86(int32_t type, int tinyblas);
+/* The AVX-512 tinyBLAS F16 tiles against f32 columns (NULL at other levels). */
+const le_gemm_tiles *le_gemm_x86_f16w(void);
 /* tinyBLAS's KN (floats per vector) at the SIMD level in effect: 16 for
  * AVX-512 (icelake-like variants), 8 for AVX2 (haswell), 0 = no tinyBLAS. */
 int le_tinyblas_kn(void);

@@ -17,6 +17,8 @@
 /* Which AVX2 panel kernel mul_mat runs (mul_mat.c le_mm_panel), if any. */
 enum { LE_MM_TILES = 0, LE_MM_PANEL_F32, LE_MM_PANEL_F16, LE_MM_PANEL_Q8_0 };
 int le_mm_panel(const le_node *n);
+/* Whether the AVX-512 F16 tiles read src1 widened to f32 (mul_mat.c). */
+int le_mm_wide_f16(const le_node *n);
 
 /* Bytes per converted src1 row: the vec_dot type's; f32 for the F16
  * panel (src1 widened through f16); the codes alone (K bytes, 32-byte
@@ -24,7 +26,7 @@ int le_mm_panel(const le_node *n);
 static inline size_t le_mm_src1_row(const le_node *n, const le_type_traits *vt) {
   const int64_t K = n->src[1].ne[0];
   const int panel = le_mm_panel(n);
-  if (panel == LE_MM_PANEL_F16) return (size_t)K * 4;
+  if (panel == LE_MM_PANEL_F16 || le_mm_wide_f16(n)) return (size_t)K * 4;
   if (panel == LE_MM_PANEL_Q8_0) return (size_t)K;
   return le_row_size(vt, K);
 }

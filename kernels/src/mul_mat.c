@@ -73,6 +73,15 @@ int le_mm_panel(const le_node *n) {
   return LE_MM_TILES;
 }
 
+/* AVX-512 tinyBLAS F16 (N >= 2): src1 is widened to f32 once, through f16
+ * as ggml rounds it (its f16 values exactly), so the tiles convert only
+ * the weights: the same operands and chains, half the conversions. */
+int le_mm_wide_f16(const le_node *n) {
+  const le_type_traits *t = le_traits(n->src[0].type);
+  return t && t->type == LE_TYPE_F16 && le_simd() == LE_SIMD_AVX512 && !n->src[0].flags &&
+         tinyblas_float(n, t);
+}
+
 /* Which tiles compute this node when no panel does (NULL: one vec_dot per
  * output). The type's own entry wins (repacked types follow llama.cpp's
  * repack kernels); F32 and F16 take tinyBLAS-order tiles on its path. */
@@ -256,7 +265,8 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   const int64_t r2 = ne12 / a->ne[2], r3 = ne13 / a->ne[3];
   const int direct = src1_direct(n, vt);
   const int panel = le_mm_panel(n);
-  const int widen = panel == LE_MM_PANEL_F16, q8 = panel == LE_MM_PANEL_Q8_0;
+  const int wide = le_mm_wide_f16(n);
+  const int widen = panel == LE_MM_PANEL_F16 || wide, q8 = panel == LE_MM_PANEL_Q8_0;
   const size_t vrow = le_mm_src1_row(n, vt);
   const int64_t nb = K / LE_QK, groups = (ne11 + 7) / 8; /* Q8_0 panel */
   /* A small src1 is converted whole by every thread into its own part of
@@ -303,7 +313,9 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
 
   const int32_t repacked = a->flags; /* a LE_FLAG_* layout (le_repacked_check) */
   const int pf_bursts = prefetch_bursts();
-  const le_gemm_tiles *gt = panel || repacked || d->nb[1] % 4 ? NULL : tiles_for(n, t);
+  const le_gemm_tiles *gt = panel || repacked || d->nb[1] % 4 ? NULL
+                            : wide                               ? le_gemm_x86_f16w()
+                                                                 : tiles_for(n, t);
   /* Units of whole base blocks (rows aligned as with one block per unit, so
    * every row meets the same tile wherever the unit boundaries fall), sized
    * as ggml sizes its chunks: a matrix-vector product takes 64 rows at a
