@@ -17,18 +17,17 @@ import { join } from "node:path";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
-import type { Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
 import type { BackendBuffer } from "../lib/ggml/memory.ts";
 import { mapFile } from "../lib/gguf/mmap.ts";
-import { Op } from "../lib/graph/ops.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
 import { fp16ToF32 } from "../lib/ggml/half.ts";
 import { loadOracle, ORDER_LOGIT_TOL } from "./oracle/oracle.ts";
 import { assertSameGreedy, llamaQuantized, N_GEN } from "./quant_util.ts";
+import { assertSameBits, mulMat as mulMatOf, weightsFile } from "./repack_util.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
 const lib = await loadLibrary();
-const { F32, Q8_0 } = GGMLType;
+const { Q8_0 } = GGMLType;
 const K = 256;
 const level = lib.symbols.le_set_simd_level(SimdLevel.BEST);
 const vnni = lib.symbols.le_repack_flag_fast(Q8_0, BigInt(K), 16n) !== 0;
@@ -46,35 +45,9 @@ function weights(k: number, m: number, seed: number): Uint8Array {
   return a;
 }
 
-function tensor(type: number, ne: Dims, buffer: BackendBuffer, offset = 0): ResolvedTensor {
-  const row = type === Q8_0 ? (ne[0] / 32) * 34 : ne[0] * 4;
-  const nb: Dims = [type === Q8_0 ? 34 : 4, row, row * ne[1], row * ne[1] * ne[2]];
-  return { type, ne, nb, data: { buffer, offset } };
-}
-
-async function mulMat(
-  cpu: CpuBackend,
-  wbuf: BackendBuffer,
-  off: number,
-  m: number,
-  b: Float32Array,
-): Promise<Float32Array> {
-  const n = b.length / K;
-  const bb = cpu.alloc(b.byteLength), db = cpu.alloc(m * n * 4);
-  bb.bytes.set(new Uint8Array(b.buffer));
-  const node = {
-    op: Op.MUL_MAT as ExecNode["op"],
-    dst: tensor(F32, [m, n, 1, 1], db),
-    src: [tensor(Q8_0, [K, m, 1, 1], wbuf, off), tensor(F32, [K, n, 1, 1], bb)],
-    params: new Int32Array(16),
-    name: "mul_mat",
-  } as ExecNode;
-  await cpu.compute([node]);
-  const out = new Float32Array(db.bytes.slice(0, m * n * 4).buffer);
-  cpu.free(bb);
-  cpu.free(db);
-  return out;
-}
+/** mul_mat of the Q8_0 weights at `off` (K x M) and `b` on `cpu`. */
+const mulMat = (cpu: CpuBackend, wbuf: BackendBuffer, off: number, m: number, b: Float32Array) =>
+  mulMatOf(cpu, wbuf, off, K, m, b, Q8_0);
 
 /**
  * The fast order computed independently, and the exact product (float64
@@ -108,17 +81,6 @@ function reference(a: Uint8Array, m: number, b: Float32Array) {
   return { fast, exact, mag };
 }
 
-function assertSameBits(got: Float32Array, want: Float32Array, m: number, label: string): void {
-  const g = new Uint32Array(got.buffer), w = new Uint32Array(want.buffer);
-  const bad = g.findIndex((x, i) => x !== w[i]);
-  assert.equal(
-    bad,
-    -1,
-    `${label}: output ${bad} (row ${bad % m}, column ${Math.floor(bad / m)}) ` +
-      `got ${got[bad]}, want ${want[bad]}`,
-  );
-}
-
 // Several weights in one mapped file, at offsets that are not 64-byte aligned;
 // 24 and 40 rows are not whole groups of 16 (plain rows, the default order).
 const SHAPES = [{ m: 16 }, { m: 32 }, { m: 48 }, { m: 80 }, { m: 24 }, { m: 40 }];
@@ -133,13 +95,7 @@ Deno.test({
     const dir = await Deno.makeTempDir();
     try {
       const parts = SHAPES.map((s, i) => weights(K, s.m, 7 + i));
-      const offsets: number[] = [];
-      let size = 2;
-      for (const p of parts) offsets.push(size), size += p.length + 2;
-      const file = new Uint8Array(size);
-      parts.forEach((p, i) => file.set(p, offsets[i]));
-      const path = join(dir, "w.bin");
-      await Deno.writeFile(path, file);
+      const { path, offsets } = await weightsFile(dir, parts);
       using map = mapFile(path, lib);
       const r = rng(99);
       for (const threads of [1, 2, 3]) {

@@ -18,20 +18,17 @@ import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
 import { liveCopies } from "../lib/backend/cpu_repack.ts";
-import type { Dims, ExecNode, ResolvedTensor } from "../lib/backend/types.ts";
-import type { BackendBuffer } from "../lib/ggml/memory.ts";
 import { mapFile } from "../lib/gguf/mmap.ts";
-import { Op } from "../lib/graph/ops.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
 import { fp16ToF32 } from "../lib/ggml/half.ts";
 import { loadOracle, variantUnavailable } from "./oracle/oracle.ts";
 import { loadOracleMulMat } from "./oracle/oracle_mul_mat.ts";
+import { assertSameBits, BLOCK, mulMat, weightsFile } from "./repack_util.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
 const lib = await loadLibrary();
-const { F32, Q4_0, Q4_K, Q8_0 } = GGMLType;
+const { Q4_0, Q4_K, Q8_0 } = GGMLType;
 /** Elements and bytes per block of the weight types under test. */
-const BLOCK: Record<number, [number, number]> = { [Q4_0]: [32, 18], [Q4_K]: [256, 144] };
 const NAME: Record<number, string> = { [Q4_0]: "Q4_0", [Q4_K]: "Q4_K" };
 /** Row lengths: several blocks of each type. */
 const KS: Record<number, number> = { [Q4_0]: 256, [Q4_K]: 768 };
@@ -51,50 +48,6 @@ function weights(k: number, m: number, seed: number, type: number = Q4_0): Uint8
   return a;
 }
 
-function tensor(type: number, ne: Dims, buffer: BackendBuffer, offset = 0): ResolvedTensor {
-  const [n, esize] = BLOCK[type] ?? [1, 4], row = (ne[0] * esize) / n;
-  const nb: Dims = [esize, row, row * ne[1], row * ne[1] * ne[2]];
-  return { type, ne, nb, data: { buffer, offset } };
-}
-
-/** mul_mat of weights `wbuf` (at `off`, K x M of `type`) and `b` (K x N f32) on `cpu`. */
-async function mulMat(
-  cpu: CpuBackend,
-  wbuf: BackendBuffer,
-  off: number,
-  k: number,
-  m: number,
-  b: Float32Array,
-  type: number = Q4_0,
-): Promise<Float32Array> {
-  const n = b.length / k;
-  const bb = cpu.alloc(b.byteLength), db = cpu.alloc(m * n * 4);
-  bb.bytes.set(new Uint8Array(b.buffer));
-  const node = {
-    op: Op.MUL_MAT as ExecNode["op"],
-    dst: tensor(F32, [m, n, 1, 1], db),
-    src: [tensor(type, [k, m, 1, 1], wbuf, off), tensor(F32, [k, n, 1, 1], bb)],
-    params: new Int32Array(16),
-    name: "mul_mat",
-  } as ExecNode;
-  await cpu.compute([node]);
-  const out = new Float32Array(db.bytes.slice(0, m * n * 4).buffer);
-  cpu.free(bb);
-  cpu.free(db);
-  return out;
-}
-
-function assertSameBits(got: Float32Array, want: Float32Array, m: number, label: string): void {
-  const g = new Uint32Array(got.buffer), w = new Uint32Array(want.buffer);
-  const bad = g.findIndex((x, i) => x !== w[i]);
-  assert.equal(
-    bad,
-    -1,
-    `${label}: output ${bad} (row ${bad % m}, column ${Math.floor(bad / m)}) ` +
-      `got ${got[bad]}, want ${want[bad]}`,
-  );
-}
-
 // Several weights in one mapped file, at offsets that are not 64-byte aligned.
 const SHAPES = [{ m: 8 }, { m: 16 }, { m: 24 }, { m: 40 }, { m: 12 }, { m: 36 }];
 const COLUMNS = [1, 2, 3, 4, 5, 8, 17];
@@ -110,13 +63,7 @@ for (const type of [Q4_0, Q4_K]) {
       const dir = await Deno.makeTempDir();
       try {
         const parts = SHAPES.map((s, i) => weights(k, s.m, 7 + i, type));
-        const offsets: number[] = [];
-        let size = 2;
-        for (const p of parts) offsets.push(size), size += p.length + 2;
-        const file = new Uint8Array(size);
-        parts.forEach((p, i) => file.set(p, offsets[i]));
-        const path = join(dir, "w.bin");
-        await Deno.writeFile(path, file);
+        const { path, offsets } = await weightsFile(dir, parts);
         using map = mapFile(path, lib);
         const r = rng(99);
         for (const threads of [1, 2, 3]) {
@@ -191,7 +138,7 @@ Deno.test({
       using cpu = new CpuBackend({ threads: 2, library: lib });
       const wb = cpu.alloc(a.length);
       wb.bytes.set(a);
-      await mulMat(cpu, wb, 0, K, 24, b);
+      await mulMat(cpu, wb, 0, K, 24, b, Q4_0);
       assert.equal(cpu.repackedBytes, 0);
     }
     const dir = await Deno.makeTempDir();
@@ -200,7 +147,7 @@ Deno.test({
       await Deno.writeFile(path, a);
       using map = mapFile(path, lib);
       using cpu = new CpuBackend({ threads: 2, library: lib });
-      await mulMat(cpu, map, 0, K, 24, b);
+      await mulMat(cpu, map, 0, K, 24, b, Q4_0);
       assert.equal(cpu.repackedBytes, a.length);
       // The plain rows' pages were handed back (le_mmap_drop): they read back
       // from the file unchanged. Memory that is not a file mapping is refused.
@@ -212,7 +159,7 @@ Deno.test({
       try {
         assert.equal(lib.symbols.le_set_simd_level(SimdLevel.SCALAR), SimdLevel.SCALAR);
         const want = reference(a, K, 24, b);
-        assertSameBits(await mulMat(cpu, map, 0, K, 24, b), want, 24, "scalar level");
+        assertSameBits(await mulMat(cpu, map, 0, K, 24, b, Q4_0), want, 24, "scalar level");
       } finally {
         lib.symbols.le_set_simd_level(level);
       }
@@ -253,8 +200,8 @@ Deno.test({
       const before = liveCopies(lib);
       const one = new CpuBackend({ threads: 2, library: lib });
       const two = new CpuBackend({ threads: 1, library: lib });
-      const want = await mulMat(one, map, 0, K, 24, b);
-      assertSameBits(await mulMat(two, map, 0, K, 24, b), want, 24, "second backend");
+      const want = await mulMat(one, map, 0, K, 24, b, Q4_0);
+      assertSameBits(await mulMat(two, map, 0, K, 24, b, Q4_0), want, 24, "second backend");
       // Each reads it, one copy exists (a model's contexts each made their own).
       assert.equal(one.repackedBytes, a.length);
       assert.equal(two.repackedBytes, a.length);
@@ -262,12 +209,17 @@ Deno.test({
       one[Symbol.dispose]();
       // Still held by the other backend: not freed under it.
       assert.equal(liveCopies(lib), before + 1);
-      assertSameBits(await mulMat(two, map, 0, K, 24, b), want, 24, "after the first is freed");
+      assertSameBits(
+        await mulMat(two, map, 0, K, 24, b, Q4_0),
+        want,
+        24,
+        "after the first is freed",
+      );
       two[Symbol.dispose]();
       assert.equal(liveCopies(lib), before);
       // A later backend makes it again.
       using three = new CpuBackend({ threads: 2, library: lib });
-      assertSameBits(await mulMat(three, map, 0, K, 24, b), want, 24, "made again");
+      assertSameBits(await mulMat(three, map, 0, K, 24, b, Q4_0), want, 24, "made again");
       assert.equal(liveCopies(lib), before + 1);
     } finally {
       await Deno.remove(dir, { recursive: true });
