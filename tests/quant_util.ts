@@ -29,9 +29,9 @@ export const llamaQuantized: (name: keyof typeof FTYPE) => Promise<string> = tol
  * Two prompts, so that every preset has steps before llama.cpp's first
  * near-tie (Q4_K ties at the first step after the first one).
  */
-const PROMPTS = ["Natasha looked at her mother and", "He was silent for a long time."];
+export const PROMPTS = ["Natasha looked at her mother and", "He was silent for a long time."];
 /** Fewest steps that must be compared over PROMPTS (else the check would be empty). */
-const MIN_COMPARED = 16;
+export const MIN_COMPARED = 16;
 /** Greedy steps compared. */
 export const N_GEN = 64;
 /**
@@ -76,7 +76,7 @@ export async function ourGreedy(
 export async function assertSameGreedy(
   path: string,
   label: string,
-  opts: { matmulOrder?: "default" | "fast"; tol?: number } = {},
+  opts: { matmulOrder?: "default" | "fast" } = {},
 ): Promise<GreedyMatch[]> {
   const oracle = await loadOracle();
   using om = oracle.load(path);
@@ -87,7 +87,7 @@ export async function assertSameGreedy(
     const want = oc.greedy(prompt, N_GEN);
     const got = await ourGreedy(path, prompt, N_GEN, opts);
     out.push(
-      assertGreedyMatch(`${label} ${JSON.stringify(text)}`, want, got, opts.tol ?? LOGIT_TOL),
+      assertGreedyMatch(`${label} ${JSON.stringify(text)}`, want, got, LOGIT_TOL),
     );
   }
   const compared = out.reduce((n, r) => n + r.upto, 0);

@@ -1,16 +1,16 @@
 /**
  * The fast float order for Q8_0 weights (ContextOptions.matmulOrder "fast";
- * kernels/src/repack_q8_0.c): on CPUs with AVX-512 VNNI the CPU backend
+ * kernels/src/repack_q8_0.c): at AVX-512 with VNNI and at AVX2 the CPU backend
  * repacks a mapped Q8_0 weight with ne1 % 16 == 0 into 16-row groups, and
  * every MUL_MAT output must equal an independent computation of that order
  * bit for bit (per output acc = fma(block integer dot, d_x * d_y, acc) over
- * the blocks, activations through llama.cpp's q8_0 quantizer) — 1 to 17
+ * the blocks, activations through ggml-cpu's x86 q8_0 quantizer) — 1 to 17
  * columns, 1 to 5 row groups, 1 to 3 threads — and stay within float
  * rounding of the exact product. The default order never repacks Q8_0; a
  * weight whose rows are not whole groups of 16 keeps the plain rows (and
  * llama.cpp's bits); the portable kernel gives the SIMD kernel's bits; and
  * end to end tolstoy-6m Q8_0 keeps llama.cpp's greedy tokens under the
- * near-tie rule, logits within ORDER_LOGIT_TOL (tests/oracle/oracle.ts).
+ * near-tie rule.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -21,8 +21,9 @@ import type { BackendBuffer } from "../lib/ggml/memory.ts";
 import { mapFile } from "../lib/gguf/mmap.ts";
 import { GGMLType } from "../lib/ggml/types.ts";
 import { fp16ToF32 } from "../lib/ggml/half.ts";
-import { loadOracle, ORDER_LOGIT_TOL } from "./oracle/oracle.ts";
-import { assertSameGreedy, llamaQuantized, N_GEN } from "./quant_util.ts";
+import { quantizeQ8_0Act } from "../lib/ggml/ref_quants.ts";
+import { assertGreedyMatch, loadOracle, maxAbsDiff } from "./oracle/oracle.ts";
+import { llamaQuantized, MIN_COMPARED, N_GEN, ourGreedy, PROMPTS } from "./quant_util.ts";
 import { assertSameBits, mulMat as mulMatOf, weightsFile } from "./repack_util.ts";
 import { mulberry32 as rng } from "./rng.ts";
 
@@ -30,8 +31,19 @@ const lib = await loadLibrary();
 const { Q8_0 } = GGMLType;
 const K = 256;
 const level = lib.symbols.le_set_simd_level(SimdLevel.BEST);
-const vnni = lib.symbols.le_repack_flag_fast(Q8_0, BigInt(K), 16n) !== 0;
-const SKIP = vnni ? "" : " [skipped: no AVX-512 VNNI, where the fast order is the default one]";
+/** The SIMD levels this CPU runs that have a fast kernel (AVX-512 with VNNI, AVX2). */
+const LEVELS = [SimdLevel.AVX512, SimdLevel.AVX2].filter((l) => {
+  const ok = lib.symbols.le_set_simd_level(l) === l &&
+    lib.symbols.le_repack_flag_fast(Q8_0, BigInt(K), 16n) !== 0;
+  lib.symbols.le_set_simd_level(level);
+  return ok;
+});
+const LEVEL_NAME: Record<number, string> = {
+  [SimdLevel.AVX512]: "AVX-512",
+  [SimdLevel.AVX2]: "AVX2",
+};
+const vnni = LEVELS.length > 0;
+const SKIP = vnni ? "" : " [skipped: no AVX2, where the fast order is the default one]";
 
 /** K x M random Q8_0 weights (llama.cpp's reference quantizer), scales over decades. */
 function weights(k: number, m: number, seed: number): Uint8Array {
@@ -59,7 +71,7 @@ function reference(a: Uint8Array, m: number, b: Float32Array) {
     exact = new Float64Array(m * n),
     mag = new Float64Array(m * n);
   const q = new Uint8Array(n * nb * 34);
-  assert.equal(lib.symbols.le_quantize_row(Q8_0, b, q, BigInt(b.length)), 0);
+  quantizeQ8_0Act(b, q); // what mul_mat does to src1 (ggml's x86 form, not the reference one)
   const qv = new DataView(q.buffer), av = new DataView(a.buffer);
   for (let c = 0; c < n; c++) {
     for (let r = 0; r < m; r++) {
@@ -88,7 +100,8 @@ const COLUMNS = [1, 2, 3, 4, 5, 8, 9, 17];
 
 Deno.test({
   name: "matmulOrder fast: Q8_0 mul_mat over 16-row groups equals the fast order computed " +
-    "independently, bit for bit (1 to 17 columns, 1 to 5 groups, 1 to 3 threads); other " +
+    "independently, bit for bit (AVX-512 and AVX2, 1 to 17 columns, 1 to 5 groups, 1 to 3 " +
+    "threads); other " +
     "shapes and the default order keep llama.cpp's" + SKIP,
   ignore: !vnni,
   fn: async () => {
@@ -98,40 +111,58 @@ Deno.test({
       const { path, offsets } = await weightsFile(dir, parts);
       using map = mapFile(path, lib);
       const r = rng(99);
-      for (const threads of [1, 2, 3]) {
-        using plain = new CpuBackend({ threads, library: lib });
-        using fast = new CpuBackend({ threads, library: lib, matmulOrder: "fast" });
-        for (const [i, { m }] of SHAPES.entries()) {
-          for (const n of COLUMNS) {
-            const b = Float32Array.from({ length: K * n }, () => (r() - 0.5) * 4);
-            const want = await mulMat(plain, map, offsets[i], m, b);
-            const got = await mulMat(fast, map, offsets[i], m, b);
-            const label = `M ${m} N ${n}, ${threads} threads`;
-            if (m % 16) {
-              assertSameBits(got, want, m, `${label} (plain rows)`);
-              continue;
-            }
-            const ref = reference(parts[i], m, b);
-            assertSameBits(got, ref.fast, m, label);
-            // Within float rounding of the exact sum (each block's products
-            // are summed exactly; ggml's 8-lane order can be further off
-            // where a block's lanes cancel, and is checked against llama.cpp
-            // by the parity tests).
-            for (let j = 0; j < got.length; j++) {
-              const tol = 1e-6 * ref.mag[j] + 1e-30;
-              assert.ok(Math.abs(got[j] - ref.exact[j]) <= tol, `${label}: ${j} far from exact`);
-            }
-          }
+      for (const lvl of LEVELS) {
+        assert.equal(lib.symbols.le_set_simd_level(lvl), lvl);
+        try {
+          await eachThreadCount(map, parts, offsets, r, LEVEL_NAME[lvl]);
+        } finally {
+          lib.symbols.le_set_simd_level(level);
         }
-        assert.equal(plain.repackedBytes, 0);
-        const packed = SHAPES.reduce((t, s, i) => t + (s.m % 16 ? 0 : parts[i].length), 0);
-        assert.equal(fast.repackedBytes, packed);
       }
     } finally {
       await Deno.remove(dir, { recursive: true });
     }
   },
 });
+
+/** The first test's checks at the SIMD level in effect, on 1 to 3 threads. */
+async function eachThreadCount(
+  map: BackendBuffer,
+  parts: Uint8Array[],
+  offsets: number[],
+  r: () => number,
+  at: string,
+): Promise<void> {
+  for (const threads of [1, 2, 3]) {
+    using plain = new CpuBackend({ threads, library: lib });
+    using fast = new CpuBackend({ threads, library: lib, matmulOrder: "fast" });
+    for (const [i, { m }] of SHAPES.entries()) {
+      for (const n of COLUMNS) {
+        const b = Float32Array.from({ length: K * n }, () => (r() - 0.5) * 4);
+        const want = await mulMat(plain, map, offsets[i], m, b);
+        const got = await mulMat(fast, map, offsets[i], m, b);
+        const label = `${at}: M ${m} N ${n}, ${threads} threads`;
+        if (m % 16) {
+          assertSameBits(got, want, m, `${label} (plain rows)`);
+          continue;
+        }
+        const ref = reference(parts[i], m, b);
+        assertSameBits(got, ref.fast, m, label);
+        // Within float rounding of the exact sum (each block's products
+        // are summed exactly; ggml's 8-lane order can be further off
+        // where a block's lanes cancel, and is checked against llama.cpp
+        // by the parity tests).
+        for (let j = 0; j < got.length; j++) {
+          const tol = 1e-6 * ref.mag[j] + 1e-30;
+          assert.ok(Math.abs(got[j] - ref.exact[j]) <= tol, `${label}: ${j} far from exact`);
+        }
+      }
+    }
+    assert.equal(plain.repackedBytes, 0);
+    const packed = SHAPES.reduce((t, s, i) => t + (s.m % 16 ? 0 : parts[i].length), 0);
+    assert.equal(fast.repackedBytes, packed);
+  }
+}
 
 Deno.test({
   name: "matmulOrder fast: a repacked Q8_0 weight met at another SIMD level takes the " +
@@ -169,32 +200,45 @@ Deno.test("matmulOrder: the CPU backend refuses a value it does not know", () =>
   );
 });
 
+// End to end against llama.cpp: the greedy tokens under the shared near-tie
+// rule (tests/oracle/oracle.ts). The logits are not held to a bound here:
+// once a last-bit difference flips the rounding of one Q8_0 activation
+// (one code of 127 in its block), they part from llama.cpp's by a few 1e-2
+// (tolstoy-6m Q8_0: 1e-6 for 20 steps, then 0.9-5.8e-2, while both orders
+// stay 2-4e-2 from the float64 reference backend); the products' accuracy
+// is held above, against the exact sums.
 Deno.test({
-  name: "matmulOrder fast: greedy 64 tokens on tolstoy-6m Q8_0 match llama.cpp's under the " +
-    "shared near-tie rule, logits within the one threshold" + SKIP,
+  name: "matmulOrder fast: greedy 64 tokens on tolstoy-6m Q8_0 are llama.cpp's under the " +
+    "shared near-tie rule" + SKIP,
   ignore: !vnni,
   fn: async () => {
     const path = await llamaQuantized("Q8_0");
-    // The oracle puts our kernels at the level of the llama.cpp variant it
-    // loaded (LLM_EDGE_ORACLE_CPU=haswell: AVX2, where no fast kernel exists
-    // and the option must change nothing).
-    await loadOracle();
+    const oracle = await loadOracle();
+    // The oracle put our kernels at the level of the llama.cpp variant it
+    // loaded: a level with no fast kernel must leave llama.cpp's logits exact.
     const active = lib.symbols.le_repack_flag_fast(Q8_0, BigInt(K), 16n) !== 0;
-    const opts = { matmulOrder: "fast", tol: ORDER_LOGIT_TOL } as const;
-    for (const r of await assertSameGreedy(path, "Q8_0 fast", opts)) {
+    using om = oracle.load(path);
+    using oc = om.context({ nCtx: 256, threads: 1 });
+    let compared = 0;
+    for (const text of PROMPTS) {
+      const prompt = om.tokenize(text, { addSpecial: true });
+      const want = oc.greedy(prompt, N_GEN);
+      const got = await ourGreedy(path, prompt, N_GEN, { matmulOrder: "fast" });
+      const r = assertGreedyMatch(`Q8_0 fast ${JSON.stringify(text)}`, want, got);
+      let worst = 0;
+      for (let s = 0; s < r.upto; s++) {
+        worst = Math.max(worst, maxAbsDiff(got.logits[s], want.logits[s]));
+      }
+      compared += r.upto;
       console.log(
-        `Q8_0 fast: compared ${r.upto} steps, logits max |diff| ${r.worst.toExponential(2)}` +
+        `Q8_0 fast: compared ${r.upto} steps, logits max |diff| ${worst.toExponential(2)}` +
           (r.firstDifferent < 0
             ? `, all ${N_GEN} tokens equal`
             : `, first token difference at ${r.firstDifferent}`),
       );
-      if (active) {
-        // Not llama.cpp's bits: the order differs (a test that passed with
-        // identical logits would not show the fast kernels ran).
-        assert.ok(r.worst > 0, "the fast order gave llama.cpp's exact logits");
-      } else {
-        assert.equal(r.worst, 0, "no fast kernel at this level, yet the logits moved");
-      }
+      if (active) assert.ok(worst > 0, "the fast order gave llama.cpp's exact logits");
+      else assert.equal(worst, 0, "no fast kernel at this level, yet the logits moved");
     }
+    assert.ok(compared >= MIN_COMPARED, `only ${compared} steps before near-ties`);
   },
 });

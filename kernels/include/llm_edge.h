@@ -164,7 +164,8 @@ const char *le_ctx_error(const le_ctx *ctx);
  * matching CPU variant repacks (ggml_repack_get_optimal_repack_type). */
 int32_t le_repack_flag(int32_t type, int64_t ne0, int64_t ne1);
 /* The same where faster float orders are allowed (ContextOptions.matmulOrder
- * "fast"): also Q8_0 into LE_FLAG_Q8_0_16X4 at AVX-512 VNNI, ne1 % 16 == 0. */
+ * "fast"): also Q8_0 into LE_FLAG_Q8_0_16X4 at AVX2 and AVX-512 with VNNI,
+ * ne1 % 16 == 0. */
 int32_t le_repack_flag_fast(int32_t type, int64_t ne0, int64_t ne1);
 /* Bytes layout `flag` takes for an ne0 x ne1 weight of `type` (-1: no such
  * layout for that type and shape). */

@@ -64,7 +64,9 @@ static int tinyblas_float(const le_node *n, const le_type_traits *t) {
  * (src1 quantized as usual plus its block scales as floats). */
 int le_mm_panel(const le_node *n) {
   const le_type_traits *t = le_traits(n->src[0].type);
-  if (!t || le_simd() != LE_SIMD_AVX2 || t->gemm[LE_SIMD_AVX2]) return LE_MM_TILES;
+  /* a repacked weight has its own kernels (repack*.c), reading src1 as blocks */
+  if (!t || le_simd() != LE_SIMD_AVX2 || t->gemm[LE_SIMD_AVX2] || n->src[0].flags)
+    return LE_MM_TILES;
   if (t->type == LE_TYPE_F16 || t->type == LE_TYPE_F32)
     return tinyblas_float(n, t) ? (t->type == LE_TYPE_F16 ? LE_MM_PANEL_F16 : LE_MM_PANEL_F32)
                                 : LE_MM_TILES;

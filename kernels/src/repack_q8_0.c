@@ -22,7 +22,8 @@
  * order, where isum_b is the block's exact integer dot (the +128 comes back
  * out as the accumulator's start, -128 times the column's block sum). ggml
  * sums each block into 8 lanes with one fma each and adds the lanes last,
- * so results differ from llama.cpp's in the last bits; the scalar form
+ * so results differ from llama.cpp's in the last bits (the AVX2 form, below,
+ * gets the same integer sums another way: the same bits); the scalar form
  * below gives exactly the SIMD form's bits. */
 #include "q_common.h"
 
@@ -39,11 +40,12 @@ int64_t le_repack_q8_0_16x4_size(int64_t ne0, int64_t ne1) {
   return ne0 / LE_QK * ne1 * (int64_t)sizeof(le_block_q8_0);
 }
 
-/* Whether the layout pays at the SIMD level in effect: only where vpdpbusd
- * exists (elsewhere the plain rows keep llama.cpp's order and speed). */
+/* Whether the layout pays at the SIMD level in effect: AVX-512 with VNNI
+ * (vpdpbusd) and AVX2 (vpmaddubsw); elsewhere the plain rows keep
+ * llama.cpp's order. */
 int le_q8_0x16_wanted(void) {
 #if defined(LE_X86)
-  return le_simd() == LE_SIMD_AVX512 && le_cpu_vnni();
+  return (le_simd() == LE_SIMD_AVX512 && le_cpu_vnni()) || le_simd() == LE_SIMD_AVX2;
 #else
   return 0;
 #endif
@@ -131,6 +133,69 @@ LE_TARGET_Q8X16 LE_INLINE void q8x16_tile(const int RN, int64_t nb, const le_blo
   for (int c = 0; c < RN; c++) _mm512_storeu_ps(s + c * bs, acc[c]);
 }
 
+/* AVX2 (no vpdpbusd): the same block sums by vpmaddubsw, which needs an
+ * unsigned side whose pair sums fit int16: |x| against y with x's sign
+ * (at most 2 * 127 * 127), the codes' +128 taken off first. A group is two
+ * halves of 8 rows (the 32 bytes of a step's 64 that hold them); each
+ * step's products go pairwise into int16, then (vpmaddwd by ones) into
+ * one int32 lane per row. Exact, so the same isum and the same float chain
+ * as the VNNI form: the same bits. Two columns at a time fit the 16
+ * registers with the codes unpacked once for both. */
+LE_TARGET_AVX2 LE_INLINE void q8x16_tile_avx2(const int RN, int64_t nb, const le_block_q8_0x16 *x,
+                                              const char *vy, size_t by, float *s, size_t bs) {
+  const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+  __m256 acc[2][2];
+#pragma GCC unroll 2
+  for (int c = 0; c < RN; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    __m256i sum[2][2];
+#pragma GCC unroll 2
+    for (int c = 0; c < RN; c++) sum[c][0] = sum[c][1] = _mm256_setzero_si256();
+    int32_t p[2][8];
+#pragma GCC unroll 2
+    for (int c = 0; c < RN; c++)
+      memcpy(p[c], ((const le_block_q8_0 *)(const void *)(vy + c * by) + b)->qs, 32);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; h++) {
+        const __m256i w = _mm256_xor_si256(
+            _mm256_loadu_si256((const __m256i *)(const void *)(x[b].qs + j * 64 + h * 32)), flip);
+        const __m256i aw = _mm256_abs_epi8(w);
+#pragma GCC unroll 2
+        for (int c = 0; c < RN; c++) {
+          const __m256i sy = _mm256_sign_epi8(_mm256_set1_epi32(p[c][j]), w);
+          sum[c][h] = _mm256_add_epi32(
+              sum[c][h], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones));
+        }
+      }
+    }
+    const __m256 dx0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)x[b].d));
+    const __m256 dx1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(x[b].d + 8)));
+#pragma GCC unroll 2
+    for (int c = 0; c < RN; c++) {
+      const __m256 dy = _mm256_set1_ps(
+          le_h2f(((const le_block_q8_0 *)(const void *)(vy + c * by) + b)->d));
+      acc[c][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c][0]), _mm256_mul_ps(dx0, dy), acc[c][0]);
+      acc[c][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c][1]), _mm256_mul_ps(dx1, dy), acc[c][1]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int c = 0; c < RN; c++) {
+    _mm256_storeu_ps(s + c * bs, acc[c][0]);
+    _mm256_storeu_ps(s + c * bs + 8, acc[c][1]);
+  }
+}
+
+LE_TARGET_AVX2 static void q8x16_avx2_2(int64_t nb, const le_block_q8_0x16 *x, const char *vy,
+                                        size_t by, float *s, size_t bs) {
+  q8x16_tile_avx2(2, nb, x, vy, by, s, bs);
+}
+LE_TARGET_AVX2 static void q8x16_avx2_1(int64_t nb, const le_block_q8_0x16 *x, const char *vy,
+                                        size_t by, float *s, size_t bs) {
+  q8x16_tile_avx2(1, nb, x, vy, by, s, bs);
+}
+
 #define Q8X16_FN(RN)                                                                        \
   LE_TARGET_Q8X16 static void q8x16_tile##RN(int64_t nb, const le_block_q8_0x16 *x,       \
                                              const char *vy, size_t by, const int32_t *st, \
@@ -167,6 +232,15 @@ void le_q8_0x16_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, const 
         c += 2;
       }
       if (c < ne11) q8x16_tile1(nb, xg, vy + c * by, by, start + c * nb, dst + c * bs + ir, bs);
+    }
+    return;
+  }
+  if (le_simd() == LE_SIMD_AVX2) {
+    for (int64_t ir = ir0; ir < ir1; ir += 16) {
+      const le_block_q8_0x16 *xg = x + (ir / 16) * nb;
+      int64_t c = 0;
+      for (; c + 2 <= ne11; c += 2) q8x16_avx2_2(nb, xg, vy + c * by, by, dst + c * bs + ir, bs);
+      if (c < ne11) q8x16_avx2_1(nb, xg, vy + c * by, by, dst + c * bs + ir, bs);
     }
     return;
   }

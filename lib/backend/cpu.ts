@@ -45,8 +45,8 @@ export interface CpuBackendOptions {
   repack?: boolean;
   /**
    * "fast": also repack where a faster float order than llama.cpp's exists
-   * (Q8_0 at AVX-512 VNNI: kernels/src/repack_q8_0.c), so results differ
-   * from llama.cpp's in the last bits (ContextOptions.matmulOrder; default
+   * (Q8_0 at AVX2 and AVX-512 VNNI: kernels/src/repack_q8_0.c), so results
+   * are no longer llama.cpp's bits (ContextOptions.matmulOrder; default
    * "default"). Needs `repack`.
    */
   matmulOrder?: "default" | "fast";

@@ -59,7 +59,7 @@ export const matmulOrderFlag = () =>
   flag.choice(["default", "fast"], {
     default: "default",
     description:
-      "matrix products' float order: llama.cpp's (default) or fast (Q8_0 at AVX-512 VNNI; logits differ in the last bits)",
+      "matrix products' float order: llama.cpp's (default) or fast (Q8_0 at AVX2/AVX-512; not llama.cpp's bits)",
   });
 
 /** --cache-type / --ctk. */

@@ -114,13 +114,15 @@ export interface ContextOptions {
   /**
    * The matrix products' float order. "default": llama.cpp's (the same
    * logits, bit for bit, as its CPU variant our kernels follow). "fast":
-   * where a kernel with a faster order exists, it runs instead, and logits
-   * differ from llama.cpp's in the last bits: today Q8_0 weights on CPUs
-   * with AVX-512 VNNI, repacked 16 rows at a time at the first compute
-   * (each block's products summed exactly, one rounding per block;
-   * kernels/PARITY.md section 34), about 1.5x on a prompt's products. Where no
-   * such kernel exists (other weight types, AVX2 CPUs, other backends) the
-   * default order runs. Default "default".
+   * where a kernel with a faster order exists, it runs instead: today Q8_0
+   * weights on x86 CPUs with AVX2 or AVX-512 VNNI, repacked 16 rows at a
+   * time at the first compute (each block's products summed exactly, one
+   * rounding per block; kernels/PARITY.md section 34): 1.1B Q8_0 prompts
+   * about 2x faster on Zen 4. The products differ from llama.cpp's in the
+   * last bits, and once that flips the rounding of one Q8_0 activation the
+   * logits part by up to a few 1e-2 (as far from exact arithmetic as
+   * llama.cpp's). Where no such kernel exists (other weight types, other
+   * CPUs and backends) the default order runs. Default "default".
    *
    * @example A faster prompt on a Q8_0 model
    * ```ts ignore

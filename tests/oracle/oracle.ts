@@ -313,21 +313,6 @@ export function top2(l: Float32Array): [number, number] {
  */
 export const NEAR_TIE = 0.01;
 
-/**
- * The logit bound of every comparison where our float order is not
- * llama.cpp's by choice (flashAttnPrecision "f32", matmulOrder "fast"):
- * a last-bit difference can flip the rounding of one Q8_0 activation (one
- * code, 1/127 of its block's largest value), after which the logits part
- * by up to a few 1e-2. Measured on tolstoy-6m Q8_0: matmulOrder "fast"
- * against the default was 1e-6 for 20 greedy steps, then 0.9-3.4e-2 once
- * such a code flipped, while both orders stayed 2-4e-2 from the float64
- * reference backend throughout; against llama.cpp over 64 steps, up to
- * 4.6e-2 (tests/repack_q8_fast_test.ts). Deterministic: the same CPU
- * kind gives the same bits. Where the orders agree, the parity tests use
- * far tighter bounds.
- */
-export const ORDER_LOGIT_TOL = 0.05;
-
 /** Index of the first step whose llama.cpp top-2 gap is below {@link NEAR_TIE}, or gaps.length. */
 export function nearTieStep(gaps: readonly number[]): number {
   const i = gaps.findIndex((g) => g < NEAR_TIE);
