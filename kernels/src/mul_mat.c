@@ -77,11 +77,14 @@ int le_mm_panel(const le_node *n) {
 
 /* AVX-512 tinyBLAS F16 (N >= 2): src1 is widened to f32 once, through f16
  * as ggml rounds it (its f16 values exactly), so the tiles convert only
- * the weights: the same operands and chains, half the conversions. */
+ * the weights: the same operands and chains, half the conversions. Only
+ * for 2-D weights: attention's KQV (src1 the scores, n_kv x n_tokens x
+ * heads) would double the scratch, the largest of a prompt (1.1B at pp512:
+ * 16 -> 32 MiB, resident: peak RSS 1258 -> 1276 MiB). */
 int le_mm_wide_f16(const le_node *n) {
   const le_type_traits *t = le_traits(n->src[0].type);
   return t && t->type == LE_TYPE_F16 && le_simd() == LE_SIMD_AVX512 && !n->src[0].flags &&
-         tinyblas_float(n, t);
+         n->src[0].ne[2] == 1 && n->src[0].ne[3] == 1 && tinyblas_float(n, t);
 }
 
 /* Which tiles compute this node when no panel does (NULL: one vec_dot per
