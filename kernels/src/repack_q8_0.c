@@ -24,7 +24,9 @@
  * sums each block into 8 lanes with one fma each and adds the lanes last,
  * so results differ from llama.cpp's in the last bits (the AVX2 form, below,
  * gets the same integer sums another way: the same bits); the scalar form
- * below gives exactly the SIMD form's bits. */
+ * below runs the same chain (over the scalar level's activations, which
+ * llama.cpp's reference quantizer makes: rarely other bytes than the x86
+ * one's). */
 #include "q_common.h"
 
 #ifndef LE_INLINE
