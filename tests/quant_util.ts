@@ -73,11 +73,7 @@ export async function ourGreedy(
  * prompt of PROMPTS: the same tokens, and logits within LOGIT_TOL, at every
  * step before llama.cpp's first top-2 gap below NEAR_TIE.
  */
-export async function assertSameGreedy(
-  path: string,
-  label: string,
-  opts: { matmulOrder?: "default" | "fast" } = {},
-): Promise<GreedyMatch[]> {
+export async function assertSameGreedy(path: string, label: string): Promise<GreedyMatch[]> {
   const oracle = await loadOracle();
   using om = oracle.load(path);
   using oc = om.context({ nCtx: 256, threads: 1 });
@@ -85,10 +81,8 @@ export async function assertSameGreedy(
   for (const text of PROMPTS) {
     const prompt = om.tokenize(text, { addSpecial: true });
     const want = oc.greedy(prompt, N_GEN);
-    const got = await ourGreedy(path, prompt, N_GEN, opts);
-    out.push(
-      assertGreedyMatch(`${label} ${JSON.stringify(text)}`, want, got, LOGIT_TOL),
-    );
+    const got = await ourGreedy(path, prompt, N_GEN);
+    out.push(assertGreedyMatch(`${label} ${JSON.stringify(text)}`, want, got, LOGIT_TOL));
   }
   const compared = out.reduce((n, r) => n + r.upto, 0);
   assert.ok(compared >= MIN_COMPARED, `${label}: only ${compared} steps before near-ties`);

@@ -13,7 +13,6 @@
  * near-tie rule.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { loadLibrary } from "../ffi/library.ts";
 import { SimdLevel } from "../ffi/symbols.ts";
 import { CpuBackend } from "../lib/backend/cpu.ts";
@@ -177,18 +176,17 @@ Deno.test({
     const b = Float32Array.from({ length: K * 6 }, (_, i) => Math.sin(i) * 3);
     const dir = await Deno.makeTempDir();
     try {
-      const path = join(dir, "w.bin");
-      await Deno.writeFile(path, a);
+      const { path, offsets: [off] } = await weightsFile(dir, [a]);
       using map = mapFile(path, lib);
       using cpu = new CpuBackend({ threads: 2, library: lib, matmulOrder: "fast" });
-      const simd = await mulMat(cpu, map, 0, 32, b);
+      const simd = await mulMat(cpu, map, off, 32, b);
       assert.equal(cpu.repackedBytes, a.length);
       try {
         // The scalar level quantizes the activations with the reference
         // quantizer: its outputs are the order over those bytes.
         assert.equal(lib.symbols.le_set_simd_level(SimdLevel.SCALAR), SimdLevel.SCALAR);
         const want = reference(a, 32, b, true).fast;
-        assertSameBits(await mulMat(cpu, map, 0, 32, b), want, 32, "scalar level");
+        assertSameBits(await mulMat(cpu, map, off, 32, b), want, 32, "scalar level");
       } finally {
         lib.symbols.le_set_simd_level(level);
       }

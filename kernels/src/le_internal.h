@@ -244,6 +244,7 @@ void le_repacked_rows(int32_t flag, int64_t K, const void *x, int64_t ir0, int64
 int le_repack_q8_0_16x4(const void *src, void *dst, int64_t ne0, int64_t ne1);
 int64_t le_repack_q8_0_16x4_size(int64_t ne0, int64_t ne1);
 int le_q8_0x16_wanted(void);
+int le_q8_0x16_uses_start(void);
 void le_q8_0x16_col_start(const void *y, int64_t nb, int32_t *start);
 void le_q8_0x16_rows(int64_t K, const void *x, int64_t ir0, int64_t ir1, const char *y,
                      size_t by, int64_t ne11, const int32_t *start, float *dst, size_t bs);

@@ -122,10 +122,14 @@ static const le_gemm_scaled *scaled_tiles(const le_node *n, const le_type_traits
   return le_gemm_scaled_for(tiles_for(n, t));
 }
 
+/* Whether a Q8_0 16x4 weight's kernel reads its columns' block-sum starts
+ * (one int32 per block, where the scaled tiles keep their column scales). */
+static int q8x16_starts(const le_node *n) {
+  return n->src[0].flags == LE_FLAG_Q8_0_16X4 && le_q8_0x16_uses_start();
+}
+
 int le_mm_col_scales(const le_node *n) {
-  /* a Q8_0 16x4 weight's columns need their block sums' starts (one int32
-   * per block, in the same place: repack_q8_0.c) */
-  return n->src[0].flags == LE_FLAG_Q8_0_16X4 || scaled_tiles(n, le_traits(n->src[0].type)) != NULL;
+  return q8x16_starts(n) || scaled_tiles(n, le_traits(n->src[0].type)) != NULL;
 }
 
 /* tile_block with scaled tiles (le_gemm_scaled): per 16 rows each row's
@@ -283,9 +287,8 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   /* the AVX-512 q8_0 tiles' column scales, [src1 row][block], converted with the rows */
   const le_gemm_scaled *const colsc = scaled_tiles(n, t);
   float *const ysc = colsc ? (float *)(void *)(wdata + le_mm_col_scales_offset(n, vt)) : NULL;
-  int32_t *const ystart = a->flags == LE_FLAG_Q8_0_16X4
-                              ? (int32_t *)(void *)(wdata + le_mm_col_scales_offset(n, vt))
-                              : NULL;
+  int32_t *const ystart =
+      q8x16_starts(n) ? (int32_t *)(void *)(wdata + le_mm_col_scales_offset(n, vt)) : NULL;
 
   if (!direct) {
     const int64_t nr = ne11 * ne12 * ne13;

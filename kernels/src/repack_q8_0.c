@@ -73,6 +73,16 @@ int le_repack_q8_0_16x4(const void *src, void *dst, int64_t ne0, int64_t ne1) {
   return 0;
 }
 
+/* Whether le_q8_0x16_rows reads the columns' starts at the SIMD level in
+ * effect (the VNNI form; the AVX2 and scalar forms take the codes signed). */
+int le_q8_0x16_uses_start(void) {
+#if defined(LE_X86)
+  return le_simd() == LE_SIMD_AVX512 && le_cpu_vnni();
+#else
+  return 0;
+#endif
+}
+
 /* Column row y (nb Q8_0 blocks): start[b] = -128 * (sum of block b's codes),
  * the accumulators' start that takes the weights' +128 back out. */
 void le_q8_0x16_col_start(const void *vy, int64_t nb, int32_t *start) {
@@ -84,15 +94,17 @@ void le_q8_0x16_col_start(const void *vy, int64_t nb, int32_t *start) {
   }
 }
 
-/* Portable form: the same integer sums and the same float chain with fmaf. */
+/* Portable form: the same integer sums (the codes signed again) and the
+ * same float chain with fmaf. */
 static void q8x16_dot_scalar(int64_t nb, const le_block_q8_0x16 *x, const le_block_q8_0 *y,
-                             const int32_t *start, float *s) {
+                             float *s) {
   float acc[16] = {0};
   for (int64_t b = 0; b < nb; b++) {
     const float dy = le_fp16_to_fp32(y[b].d);
     for (int r = 0; r < 16; r++) {
-      int32_t isum = start[b];
-      for (int k = 0; k < LE_QK; k++) isum += x[b].qs[(k / 4) * 64 + r * 4 + k % 4] * y[b].qs[k];
+      int32_t isum = 0;
+      for (int k = 0; k < LE_QK; k++)
+        isum += (int8_t)(x[b].qs[(k / 4) * 64 + r * 4 + k % 4] ^ 0x80) * y[b].qs[k];
       acc[r] = fmaf((float)isum, le_fp16_to_fp32(x[b].d[r]) * dy, acc[r]);
     }
   }
@@ -211,15 +223,15 @@ Q8X16_FN(8)
 #endif
 
 /* Rows [ir0, ir1) (multiples of 16) of a repacked weight against ne11 Q8_0
- * columns (by bytes apart; start: le_q8_0x16_col_start of each, nb apart),
- * outputs dst[c * bs + r]. The chain per output does not depend on how the
- * columns are grouped. */
+ * columns (by bytes apart; start: le_q8_0x16_col_start of each, nb apart,
+ * where le_q8_0x16_uses_start, else unread), outputs dst[c * bs + r]. The
+ * chain per output does not depend on how the columns are grouped. */
 void le_q8_0x16_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, const char *vy,
                      size_t by, int64_t ne11, const int32_t *start, float *dst, size_t bs) {
   const int64_t nb = K / LE_QK;
   const le_block_q8_0x16 *x = vx;
 #if defined(LE_X86)
-  if (le_simd() == LE_SIMD_AVX512 && le_cpu_vnni()) {
+  if (le_q8_0x16_uses_start()) {
     for (int64_t ir = ir0; ir < ir1; ir += 16) {
       const le_block_q8_0x16 *xg = x + (ir / 16) * nb;
       int64_t c = 0;
@@ -250,5 +262,5 @@ void le_q8_0x16_rows(int64_t K, const void *vx, int64_t ir0, int64_t ir1, const 
   for (int64_t c = 0; c < ne11; c++)
     for (int64_t ir = ir0; ir < ir1; ir += 16)
       q8x16_dot_scalar(nb, x + (ir / 16) * nb, (const le_block_q8_0 *)(const void *)(vy + c * by),
-                       start + c * nb, dst + c * bs + ir);
+                       dst + c * bs + ir);
 }
