@@ -74,15 +74,23 @@ int main(int argc, char **argv) {
   /* ATTN_Q8=1: a Q8_0 cache (flash attention only) */
   const int q8 = fa && getenv("ATTN_Q8") && atoi(getenv("ATTN_Q8"));
   const int64_t cells = (D + 255) / 256 * 256; /* the cache's size, padded */
+  /* ATTN_STREAMS=S: S sequences of one token each, each over its own cache
+   * stream (the server's slots; flash attention only) */
+  const int64_t S = fa && getenv("ATTN_STREAMS") ? atol(getenv("ATTN_STREAMS")) : 1;
   const int64_t head_bytes = q8 ? HD / 32 * 34 : HD * 2, kvt = q8 ? 8 : 1;
-  const size_t kbytes = (size_t)cells * NKV * head_bytes;
+  const size_t kbytes = (size_t)cells * NKV * head_bytes * (size_t)S;
   le_node *nodes = calloc(3 * LAYERS, sizeof(le_node));
-  float *q = le_alloc((size_t)LAYERS * NH * HD * 4, 64);
+  float *q = le_alloc((size_t)LAYERS * NH * HD * 4 * (size_t)S, 64);
   float *kq = le_alloc((size_t)LAYERS * NH * D * 4, 64);
-  float *kqv = le_alloc((size_t)LAYERS * NH * HD * 4, 64);
+  float *kqv = le_alloc((size_t)LAYERS * NH * HD * 4 * (size_t)S, 64);
   float *mask = le_alloc((size_t)D * 4, 64); /* zeros: F32 or F16 */
+  /* ATTN_LIVE=n: the mask drops cells n.. (a window padded past the
+   * sequence's end; -inf is 0xfc00 in f16) */
+  const int64_t live = getenv("ATTN_LIVE") ? atol(getenv("ATTN_LIVE")) : D;
+  if (fa)
+    for (int64_t i = live; i < D; i++) ((uint16_t *)mask)[i] = 0xfc00;
   srand(1);
-  for (int64_t i = 0; i < (int64_t)LAYERS * NH * HD; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
+  for (int64_t i = 0; i < (int64_t)LAYERS * NH * HD * S; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
   for (int l = 0; l < LAYERS; l++) {
     /* One block for every layer's K and V, as the engine's KV cache (huge
      * pages where the kernel gives them: core.c's le_alloc). */
@@ -107,8 +115,8 @@ int main(int argc, char **argv) {
       }
     }
     le_node *n = nodes + (fa ? 1 : 3) * l;
-    float *ql = q + (size_t)l * NH * HD, *kql = kq + (size_t)l * NH * D;
-    float *kqvl = kqv + (size_t)l * NH * HD;
+    float *ql = q + (size_t)l * NH * HD * S, *kql = kq + (size_t)l * NH * D;
+    float *kqvl = kqv + (size_t)l * NH * HD * S;
     if (fa) { /* softmax(q k * scale + mask) v: dst [HD, NH, 1] */
       n[0].op = LE_OP_FLASH_ATTN_EXT, n[0].n_src = 4;
       n[0].src[0] = tensor(0, HD, 1, NH, HD * 4, HD * 4, ql);
@@ -116,6 +124,11 @@ int main(int argc, char **argv) {
       n[0].src[2] = tensor(kvt, HD, D, NKV, NKV * head_bytes, head_bytes, v);
       n[0].src[3] = tensor(1, D, 1, 1, D * 2, D * 2, mask);
       n[0].dst = tensor(0, HD, NH, 1, HD * 4, HD * NH * 4, kqvl);
+      /* streams: q [HD, 1, NH, S], K and V [HD, D, NKV, S], dst [HD, NH, 1, S] */
+      n[0].src[0].ne[3] = S, n[0].src[0].nb[3] = HD * NH * 4;
+      n[0].src[1].ne[3] = S, n[0].src[1].nb[3] = (int64_t)cells * NKV * head_bytes;
+      n[0].src[2].ne[3] = S, n[0].src[2].nb[3] = (int64_t)cells * NKV * head_bytes;
+      n[0].dst.ne[3] = S, n[0].dst.nb[3] = HD * NH * 4;
       const float scale = 0.125f;
       memcpy(&n[0].params[0], &scale, 4);
       n[0].params[3] = fa32 ? 10 : 0; /* GGML_PREC_F32 */
@@ -158,7 +171,7 @@ int main(int argc, char **argv) {
     if (r >= 0) t[r] = now() - t0;
   }
   qsort(t, (size_t)reps, sizeof(double), cmp);
-  const double bytes = (double)LAYERS * 2 * D * NKV * head_bytes;
+  const double bytes = (double)LAYERS * 2 * D * NKV * head_bytes * (double)S;
   printf("%sdepth %lld threads %d: %.3f ms/token (min %.3f), %.1f GB/s of K and V\n", fa32 ? "fa32 " : fa ? "fa " : "", (long long)D,
          threads, t[reps / 2] * 1e3, t[0] * 1e3, bytes / t[reps / 2] / 1e9);
   le_ctx_free(ctx);

@@ -78,6 +78,7 @@ static size_t fa_thread_bytes(const le_node *n) {
 
 static int fa_row_dots(const le_node *n);
 static int fa32_takes(const le_node *n);
+static int64_t fa_live_cells(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3);
 
 /* Bytes of the split path's partials, all threads (the f32 kernel: every
  * KV stream's, merged after one barrier). */
@@ -347,11 +348,11 @@ static void fa32_all(const le_node *n, const fa_shape *s, int64_t iq1, int64_t i
  * fa_rows_heads: the heads' chains overlap, and each is fa_one_row's (the
  * same cell kernel, the same normalization), so the same bits. */
 static void fa_heads_rows(const le_node *n, const fa_shape *s, le_fa_heads_fn heads, int nh,
-                          int64_t h0, int64_t iq3, const float *dots, float *work,
+                          int64_t h0, int64_t iq3, int64_t nc, const float *dots, float *work,
                           uint16_t *vkq) {
   float *pt[4];
   for (int t = 0; t < nh; t++) pt[t] = work + t * (2 + s->DV);
-  fa_rows_heads(n, s, heads, nh, h0, iq3, 0, s->nek1, dots, pt, vkq);
+  fa_rows_heads(n, s, heads, nh, h0, iq3, 0, nc, dots, pt, vkq);
   for (int t = 0; t < nh; t++) fa_write_row(n, s->DV, 0, h0 + t, iq3, pt[t] + 2, pt[t][1]);
 }
 
@@ -372,7 +373,7 @@ static void fa_heads_rows_q8(const le_node *n, const fa_shape *s, le_fa_heads32_
     memset(VKQ[t], 0, (size_t)s->DV * 4);
     S[t] = 0.0f, M[t] = -INFINITY;
   }
-  heads(r, 0, s->nek1, VKQ, S, M);
+  heads(r, 0, fa_live_cells(n, s, iq1, iq3), VKQ, S, M);
   for (int t = 0; t < nh; t++) fa_write_row(n, s->DV, iq1, h0 + t, iq3, VKQ[t], S[t]);
 }
 
@@ -403,9 +404,12 @@ static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_para
 
 /* Cells of query row iq1 of stream iq3 up to its last one the mask leaves
  * (-inf in f16 is 0xfc00): a causal prompt row's later cells add nothing,
- * nor the cells past a sequence's end in a batch's window. Only for a mask
- * shared by every head. */
-static int64_t fa32_cells(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3) {
+ * nor the cells past a sequence's end in a batch's window (the window is
+ * padded to 256 cells, so a decode at depth 20 has 236 such cells). Every
+ * cell loop skips a masked cell before its dot, as ggml's does, so
+ * stopping at the last live cell changes no bit. Only for a mask shared by
+ * every head. */
+static int64_t fa_live_cells(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3) {
   const le_tensor *m = n->n_src > 3 && n->src[3].data ? &n->src[3] : NULL;
   int64_t len = s->nek1;
   if (!m || m->ne[2] != 1) return len;
@@ -425,7 +429,7 @@ static void fa32_rows(const le_node *n, const fa_shape *s, const le_compute_para
   const int64_t nth = p->nth, psize = 2 + s->DV, stream = s->neq2 * nth * psize;
   for (int64_t iq1 = 0; iq1 < s->N; iq1++) {
     for (int64_t iq3 = 0; iq3 < s->neq3; iq3++) {
-      const int64_t len = fa32_cells(n, s, iq1, iq3), chunk = (len + nth - 1) / nth;
+      const int64_t len = fa_live_cells(n, s, iq1, iq3), chunk = (len + nth - 1) / nth;
       const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, len);
       if (ic0 < len) {
         fa32_all(n, s, iq1, iq3, ic0, ic1, dots, partials + iq3 * stream, nth, p->ith);
@@ -453,7 +457,9 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
   if (le_flash_attn_split(n)) {
     const int64_t nth = p->nth, chunk = (s.nek1 + nth - 1) / nth, psize = 2 + s.DV;
     float *partials = (float *)((char *)p->wdata + tb * (size_t)nth);
-    const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, s.nek1);
+    /* ggml's chunks (the merge's bits depend on them), each cut at the
+     * row's last live cell: a chunk past it adds nothing either way */
+    const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, fa_live_cells(n, &s, 0, 0));
     const le_f16_rows_fn rows = fa_dots_fn(n, &s);
     float *scratch = (float *)((char *)partials + fa_partials_bytes(n, p->nth)) +
                      fa_dots_floats(n, p->nth) * (size_t)p->ith;
@@ -472,7 +478,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
       fa32_rows(n, &s, p, dots, partials, work);
       return;
     }
-    const int none = ic0 >= s.nek1;
+    const int none = ic0 >= ic1;
     for (int64_t h = 0; h < s.neq2; h++) {
       float *pt = partials + (h * nth + p->ith) * psize;
       if (none) {
@@ -532,14 +538,17 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
     for (int64_t ir = r0; ir < r1;) {
       const int64_t j = ir % s.rk2;
       const int64_t h = ir % s.neq2, iq3 = ir / s.neq2; /* one token: rows are (head, stream) */
-      if (rows && (ir == r0 || j == 0)) fa_split_dots(n, &s, rows, h - j, iq3, 0, s.nek1, dots);
+      /* a row's cells [0, nc): its stream's live ones where only a token
+       * per stream (the dots' rows are nc apart) */
+      const int64_t nc = rows ? fa_live_cells(n, &s, 0, iq3) : s.nek1;
+      if (rows && (ir == r0 || j == 0)) fa_split_dots(n, &s, rows, h - j, iq3, 0, nc, dots);
       if (heads && s.rk2 % gh == 0 && ir % gh == 0 && ir + gh <= r1) {
-        fa_heads_rows(n, &s, heads, gh, h, iq3, dots + j * s.nek1, work,
+        fa_heads_rows(n, &s, heads, gh, h, iq3, nc, dots + j * nc, work,
                       (uint16_t *)(dots - 2 * s.DV));
         ir += gh;
         continue;
       }
-      fa_one_row(n, &s, ir, 0, s.nek1, work, NULL, rows ? dots + j * s.nek1 : NULL);
+      fa_one_row(n, &s, ir, 0, nc, work, NULL, rows ? dots + j * nc : NULL);
       ir++;
     }
     return;
