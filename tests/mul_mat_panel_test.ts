@@ -70,6 +70,7 @@ const SHAPES: MulMatShape[] = [
   shape(Q8_0, 2048, 40, 8),
   shape(Q8_0, 4096, 16, 5), // more blocks than one scale-product pass
   shape(Q8_0, 64, 96, 8, 4, 12),
+  shape(Q8_0, 64, 96, 5, 4, 12), // odd columns per matrix: the column pairs of the lane terms
   shape(Q8_0, 256, 20, 1),
 ];
 

@@ -46,7 +46,7 @@ LE_TARGET_VNNI static inline uint16_t x_scale(const void *x, int64_t i) {
 LE_TARGET_VNNI static inline __attribute__((always_inline)) void
 tile_seq(const int RM, const int RN, const int SCALED, int64_t n, float *s, size_t bs,
          const void *vx, size_t bx, const void *vy, size_t by,
-         const float *xs, size_t xss, const float *ys, size_t yss) {
+         const float *xs, size_t xss, const float *ys, const int32_t *yb, size_t yss) {
   const int64_t nb = n / LE_QK;
   /* bias: 128 times the lane sum of y, one vpdpbusd with bytes of 128 */
   const __m512i b128 = _mm512_set1_epi8((char)0x80);
@@ -76,8 +76,14 @@ tile_seq(const int RM, const int RN, const int SCALED, int64_t n, float *s, size
         const __m512 yd = SCALED ? le_join_ps256(_mm256_set1_ps(ys[2 * cp * yss + i]),
                                              _mm256_set1_ps(ys[(2 * cp + 1) * yss + i]))
                              : pair_scale(y0[i].d, y1[i].d);
-        const __m512i bias = _mm512_sub_epi32(
-            _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), b128, yq));
+        /* the scaled form reads the columns' bias terms (q8_0_col_lanes), the
+         * same integers, instead of taking them again in every row's tile */
+        const __m256i *yb1 = (const __m256i *)(const void *)(yb + i * 16); /* one column */
+        const __m512i bias =
+            !SCALED ? _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), b128, yq))
+            : yss   ? _mm512_loadu_si512((const void *)(yb + (cp * yss + i) * 16))
+                    : _mm512_broadcast_i64x4(_mm256_loadu_si256(yb1));
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
           const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, xq[r], yq));
@@ -141,7 +147,7 @@ LE_TARGET_VNNI static void seq_1x1(int64_t n, float *s, const void *vx, const vo
 #define SEQ_FN(name, RM, RN)                                                               \
   LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
                                   const void *y, size_t by) {                              \
-    tile_seq(RM, RN, 0, n, s, bs, x, bx, y, by, NULL, 0, NULL, 0);                         \
+    tile_seq(RM, RN, 0, n, s, bs, x, bx, y, by, NULL, 0, NULL, NULL, 0);                   \
   }
 LE_TARGET_VNNI static void q8s_1x1(int64_t n, float *s, size_t bs, const void *x, size_t bx,
                                    const void *y, size_t by) {
@@ -159,8 +165,8 @@ SEQ_FN(q8s_1x4, 1, 4)
 #define SEQ_SCALED_FN(name, RM, RN)                                                        \
   LE_TARGET_VNNI static void name(int64_t n, float *s, size_t bs, const void *x, size_t bx, \
                                   const float *xs, size_t xss, const void *y, size_t by,   \
-                                  const float *ys, size_t yss) {                           \
-    tile_seq(RM, RN, 1, n, s, bs, x, bx, y, by, xs, xss, ys, yss);                         \
+                                  const float *ys, const int32_t *yb, size_t yss) {        \
+    tile_seq(RM, RN, 1, n, s, bs, x, bx, y, by, xs, xss, ys, yb, yss);                     \
   }
 SEQ_SCALED_FN(q8s_4x4_scaled, 4, 4)
 SEQ_SCALED_FN(q8s_1x4_scaled, 1, 4)
@@ -168,6 +174,24 @@ SEQ_SCALED_FN(q8s_1x4_scaled, 1, 4)
 LE_TARGET_VNNI static void q8_0_row_scales(const void *row, int64_t nb, float *out) {
   const le_block_q8_0 *x = row;
   for (int64_t i = 0; i < nb; i++) out[i] = _cvtsh_ss(x[i].d);
+}
+
+/* A column's bias terms, per block the 8 lanes tile_seq starts each
+ * vpdpbusd from: -128 times the sum of the lane's 4 codes (exact integers),
+ * block i's at out[16 * i] (the other 8 of each 16: the column paired with
+ * it, so that a tile loads a pair's as one vector; mul_mat.c).
+ * Taken once per column here, where every 4-row tile of a 1.1B prompt's
+ * products took them again (two vpdpbusd and a subtraction per column pair
+ * and block: ~10% of the tile's time, bench K = M = 2048, N = 512). */
+LE_TARGET_VNNI static void q8_0_col_lanes(const void *row, int64_t nb, int32_t *out) {
+  const le_block_q8_0 *y = row;
+  const __m256i b128 = _mm256_set1_epi8((char)0x80);
+  for (int64_t i = 0; i < nb; i++) {
+    const __m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    _mm256_storeu_si256((__m256i *)(void *)(out + i * 16),
+                        _mm256_sub_epi32(_mm256_setzero_si256(),
+                                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), b128, yq)));
+  }
 }
 
 /* F32 and F16 weights for N >= 2 in llamafile's tinyBLAS<16, __m512> order:
@@ -245,7 +269,10 @@ static const le_gemm_tiles sgemm_f32 = {
 static const le_gemm_tiles seq_q8_0 = {
     .t44 = q8s_4x4, .t41 = q8s_4x1, .t14 = q8s_1x4, .t11 = q8s_1x1};
 static const le_gemm_scaled seq_q8_0_scaled = {
-    .t44 = q8s_4x4_scaled, .t14 = q8s_1x4_scaled, .scales = q8_0_row_scales};
+    .t44 = q8s_4x4_scaled,
+    .t14 = q8s_1x4_scaled,
+    .scales = q8_0_row_scales,
+    .lanes = q8_0_col_lanes};
 
 /* The same for AVX2 hosts, where llama.cpp runs its haswell variant:
  * tinyBLAS<8, __m256> (K % 8 == 0), one 8-lane accumulator per output,

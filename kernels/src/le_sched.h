@@ -48,6 +48,18 @@ static inline size_t le_mm_col_scales_offset(const le_node *n, const le_type_tra
   return (le_mm_src1_row(n, vt) * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]) + 63) & ~(size_t)63;
 }
 
+/* Whether the scales are followed by each column's block lane terms, 8
+ * int32 per block (the scaled tiles' bias, le_gemm_scaled.lanes). */
+int le_mm_col_lanes(const le_node *n);
+
+/* Where those lane terms start: after the scales, 64-byte aligned. */
+static inline size_t le_mm_col_lanes_offset(const le_node *n, const le_type_traits *vt) {
+  const le_tensor *b = &n->src[1];
+  return (le_mm_col_scales_offset(n, vt) +
+          (size_t)(b->ne[1] * b->ne[2] * b->ne[3]) * (size_t)(b->ne[0] / vt->blck) * sizeof(float) +
+          63) & ~(size_t)63;
+}
+
 /* Bytes of scratch src1 converted to the vec_dot type takes (from the
  * scratch start), 0 when mul_mat reads src1 in place. */
 static inline size_t le_mm_src1_bytes(const le_node *n) {
@@ -55,6 +67,9 @@ static inline size_t le_mm_src1_bytes(const le_node *n) {
   const le_type_traits *vt = t ? le_traits(t->vec_dot_type) : NULL;
   const le_tensor *b = &n->src[1];
   if (!vt || (vt->type == LE_TYPE_F32 && b->nb[0] == 4)) return 0;
+  if (le_mm_col_lanes(n)) /* columns in pairs: an even count per matrix */
+    return le_mm_col_lanes_offset(n, vt) + (size_t)((b->ne[1] + 1) / 2 * 2 * b->ne[2] * b->ne[3]) *
+                                               (size_t)(b->ne[0] / vt->blck) * 8 * sizeof(int32_t);
   if (le_mm_col_scales(n))
     return le_mm_col_scales_offset(n, vt) +
            (size_t)(b->ne[1] * b->ne[2] * b->ne[3]) * (size_t)(b->ne[0] / vt->blck) * sizeof(float);

@@ -132,14 +132,19 @@ int le_mm_col_scales(const le_node *n) {
   return q8x16_starts(n) || scaled_tiles(n, le_traits(n->src[0].type)) != NULL;
 }
 
+int le_mm_col_lanes(const le_node *n) {
+  return scaled_tiles(n, le_traits(n->src[0].type)) != NULL;
+}
+
 /* tile_block with scaled tiles (le_gemm_scaled): per 16 rows each row's
  * block scales converted once, the columns' already converted once per
- * node (yscales, [column][block], with the columns), then the same tiles in
- * the same order (so the same outputs: the scales are the very floats each
- * tile converted for itself). */
+ * node (yscales, [column][block], with the columns) and their lane terms
+ * taken once (ylanes, [column pair][block][16]), then the same tiles in the
+ * same order (so the same outputs: the scales are the very floats, the lane
+ * terms the very integers, each tile took for itself). */
 static void tile_block_scaled(const le_gemm_scaled *sc, int64_t K, const char *x, size_t bx,
                               int64_t ir0, int64_t ir1, const char *y, size_t by, int64_t ne11,
-                              float *dst, size_t bs, const float *yscales) {
+                              float *dst, size_t bs, const float *yscales, const int32_t *ylanes) {
   const int64_t nb = K / LE_QK;
   float xs[16 * SCALED_MAX_NB];
   for (int64_t r16 = ir0; r16 < ir1; r16 += 16) {
@@ -148,6 +153,7 @@ static void tile_block_scaled(const le_gemm_scaled *sc, int64_t K, const char *x
     for (int64_t jc = 0; jc < ne11; jc += BLK_COLS_TILE) {
       const int64_t jc1 = LE_MIN(jc + BLK_COLS_TILE, ne11);
       const float *ys = yscales + jc * nb;
+      const int32_t *yl = ylanes + jc * nb * 8; /* jc is even: a pair's start */
       for (int64_t ir = r16; ir < r16e; ir += 4) {
         const int64_t nr = LE_MIN(4, r16e - ir);
         for (int64_t c = jc; c < jc1; c += 4) {
@@ -157,12 +163,13 @@ static void tile_block_scaled(const le_gemm_scaled *sc, int64_t K, const char *x
             const le_gemm_scaled_fn f = nr == 4 ? sc->t44 : sc->t14;
             const char *xr = x + (ir + i) * bx;
             const float *xsr = xs + (ir + i - r16) * nb, *ysc = ys + (c - jc) * nb;
+            const int32_t *ylc = yl + (c - jc) * nb * 8; /* pair (c - jc) / 2 */
             if (nc == 4) {
-              f(K, o + i, bs, xr, bx, xsr, (size_t)nb, y + c * by, by, ysc, (size_t)nb);
+              f(K, o + i, bs, xr, bx, xsr, (size_t)nb, y + c * by, by, ysc, ylc, (size_t)nb);
             } else {
               for (int64_t j = 0; j < nc; j++)
                 f(K, o + j * bs + i, 0, xr, bx, xsr, (size_t)nb, y + (c + j) * by, 0,
-                  ysc + j * nb, 0);
+                  ysc + j * nb, ylc + (j / 2) * nb * 16 + (j % 2) * 8, 0);
             }
           }
         }
@@ -287,6 +294,8 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
   /* the AVX-512 q8_0 tiles' column scales, [src1 row][block], converted with the rows */
   const le_gemm_scaled *const colsc = scaled_tiles(n, t);
   float *const ysc = colsc ? (float *)(void *)(wdata + le_mm_col_scales_offset(n, vt)) : NULL;
+  int32_t *const ylanes =
+      colsc ? (int32_t *)(void *)(wdata + le_mm_col_lanes_offset(n, vt)) : NULL;
   int32_t *const ystart =
       q8x16_starts(n) ? (int32_t *)(void *)(wdata + le_mm_col_scales_offset(n, vt)) : NULL;
 
@@ -313,7 +322,13 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
         continue;
       }
       vt->from_float_act(src, wdata + (size_t)r * vrow, K);
-      if (colsc) colsc->scales(wdata + (size_t)r * vrow, K / LE_QK, ysc + r * (K / LE_QK));
+      if (colsc) {
+        colsc->scales(wdata + (size_t)r * vrow, K / LE_QK, ysc + r * (K / LE_QK));
+        /* each matrix's columns in pairs, [pair][block][16] (le_gemm_scaled.lanes) */
+        const int64_t slot = r / ne11 * ((ne11 + 1) / 2 * 2) + i11;
+        colsc->lanes(wdata + (size_t)r * vrow, K / LE_QK,
+                     ylanes + slot / 2 * (K / LE_QK) * 16 + slot % 2 * 8);
+      }
       if (ystart) le_q8_0x16_col_start(wdata + (size_t)r * vrow, K / LE_QK, ystart + r * (K / LE_QK));
     }
     if (!priv && p->nth > 1) le_barrier(p->ctx); /* nth == 1: thread 0 alone (threads.c) */
@@ -418,9 +433,11 @@ void le_mul_mat(const le_node *n, const le_compute_params *p) {
           : (const char *)wdata + (size_t)((i13 * ne12 + i12) * ne11) * vrow;
       float *dbase = (float *)((char *)(uintptr_t)d->data + i12 * d->nb[2] + i13 * d->nb[3]);
       const size_t by = direct ? (size_t)b->nb[1] : vrow;
+      const size_t mat = (size_t)(i13 * ne12 + i12), nbk = (size_t)(K / LE_QK);
       if (colsc)
         tile_block_scaled(colsc, K, arow, (size_t)a->nb[1], ir0, ir1, ybase, by, ne11, dbase,
-                          (size_t)d->nb[1] / 4, ysc + (size_t)((i13 * ne12 + i12) * ne11) * (K / LE_QK));
+                          (size_t)d->nb[1] / 4, ysc + mat * (size_t)ne11 * nbk,
+                          ylanes + mat * (size_t)((ne11 + 1) / 2 * 2) * nbk * 8);
       else
         tile_block(gt, K, arow, (size_t)a->nb[1], ir0, ir1, M, ybase, by, ne11, dbase,
                    (size_t)d->nb[1] / 4);
