@@ -1,7 +1,9 @@
 /* Register-tiled dot products for mul_mat on AVX-512 VNNI (and, for F32/F16
  * only, AVX2): up to 4 weight
- * rows x 4 activation columns per call, so each weight block is loaded once
- * per 4 columns and each activation block once per 4 rows.
+ * rows x 4 activation columns per call (8 for q8_0's scaled form, whose
+ * rows' codes are then widened once per 8 columns: 16 accumulators), so
+ * each weight block is loaded once per 4 columns and each activation block
+ * once per 4 rows.
  *
  * q8_0: every output element goes through exactly the arithmetic of ggml's
  * 8-lane AVX2 q8_0 dot (the order llama.cpp runs on x86 for N = 1 and, via
@@ -52,8 +54,8 @@ tile_seq(const int RM, const int RN, const int SCALED, int64_t n, float *s, size
   const __m512i b128 = _mm512_set1_epi8((char)0x80);
   const int by_cols = RN % 2 == 0; /* else rows are paired (RM even) */
   const int NP = by_cols ? RM * (RN / 2) : (RM / 2) * RN;
-  __m512 acc[8];
-#pragma GCC unroll 8
+  __m512 acc[16];
+#pragma GCC unroll 16
   for (int k = 0; k < NP; k++) acc[k] = _mm512_setzero_ps();
 #define XR(r) ((const char *)vx + (r) * bx)
 #define YC(c) ((const le_block_q8_0 *)((const char *)vy + (c) * by))
@@ -69,7 +71,7 @@ tile_seq(const int RM, const int RN, const int SCALED, int64_t n, float *s, size
         /* the same floats: a converted scale (xs) or the block's */
         xd[r] = SCALED ? _mm512_set1_ps(xs[r * xss + i]) : _mm512_set1_ps(_cvtsh_ss(xb->d));
       }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int cp = 0; cp < RN / 2; cp++) {
         const le_block_q8_0 *y0 = YC(2 * cp), *y1 = YC(2 * cp + 1);
         const __m512i yq = pair_load(y0[i].qs, y1[i].qs);
@@ -112,7 +114,7 @@ tile_seq(const int RM, const int RN, const int SCALED, int64_t n, float *s, size
   }
 #undef XR
 #undef YC
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int k = 0; k < NP; k++) {
     const __m256 lo = _mm512_castps512_ps256(acc[k]);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k]), 1));
@@ -168,6 +170,7 @@ SEQ_FN(q8s_1x4, 1, 4)
                                   const float *ys, const int32_t *yb, size_t yss) {        \
     tile_seq(RM, RN, 1, n, s, bs, x, bx, y, by, xs, xss, ys, yb, yss);                     \
   }
+SEQ_SCALED_FN(q8s_4x8_scaled, 4, 8)
 SEQ_SCALED_FN(q8s_4x4_scaled, 4, 4)
 SEQ_SCALED_FN(q8s_1x4_scaled, 1, 4)
 
@@ -269,6 +272,7 @@ static const le_gemm_tiles sgemm_f32 = {
 static const le_gemm_tiles seq_q8_0 = {
     .t44 = q8s_4x4, .t41 = q8s_4x1, .t14 = q8s_1x4, .t11 = q8s_1x1};
 static const le_gemm_scaled seq_q8_0_scaled = {
+    .t48 = q8s_4x8_scaled,
     .t44 = q8s_4x4_scaled,
     .t14 = q8s_1x4_scaled,
     .scales = q8_0_row_scales,

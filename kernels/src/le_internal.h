@@ -72,7 +72,7 @@ typedef struct le_gemm_tiles {
 } le_gemm_tiles;
 
 /* N >= 2 tiles of a type whose block scales are converted once per row
- * and column (mul_mat's tile_block) instead of once per tile: t44/t14 with
+ * and column (mul_mat's tile_block) instead of once per tile: t48/t44/t14 with
  * the rows' scales (xs, row r at xs + r * xss) and the columns' (ys,
  * column c at ys + c * yss; yss 0 with by 0), `scales` filling one row's;
  * and the columns' block lane terms, 8 int32 per block, in pairs of
@@ -83,7 +83,7 @@ typedef void (*le_gemm_scaled_fn)(int64_t n, float *s, size_t bs, const void *x,
                                   const float *xs, size_t xss, const void *y, size_t by,
                                   const float *ys, const int32_t *yb, size_t yss);
 typedef struct le_gemm_scaled {
-  le_gemm_scaled_fn t44, t14;
+  le_gemm_scaled_fn t48, t44, t14;
   void (*scales)(const void *row, int64_t nb, float *out);
   void (*lanes)(const void *row, int64_t nb, int32_t *out);
 } le_gemm_scaled;

@@ -159,6 +159,12 @@ static void tile_block_scaled(const le_gemm_scaled *sc, int64_t K, const char *x
         for (int64_t c = jc; c < jc1; c += 4) {
           const int64_t nc = LE_MIN(4, jc1 - c);
           float *o = dst + c * bs + ir;
+          if (sc->t48 && nr == 4 && c + 8 <= jc1) { /* eight columns: the rows' codes once */
+            sc->t48(K, o, bs, x + ir * bx, bx, xs + (ir - r16) * nb, (size_t)nb, y + c * by, by,
+                    ys + (c - jc) * nb, yl + (c - jc) * nb * 8, (size_t)nb);
+            c += 4;
+            continue;
+          }
           for (int64_t i = 0; i < (nr == 4 ? 1 : nr); i++) {
             const le_gemm_scaled_fn f = nr == 4 ? sc->t44 : sc->t14;
             const char *xr = x + (ir + i) * bx;
