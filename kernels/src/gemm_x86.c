@@ -45,6 +45,14 @@ LE_TARGET_VNNI static inline uint16_t x_scale(const void *x, int64_t i) {
   return ((const le_block_q8_0 *)x)[i].d;
 }
 
+/* The bias lanes of a column pair's block at yb + at * 16 (mul_mat.c's
+ * [pair][block][16]), or with `one` a lone column's 8 in both halves. */
+LE_TARGET_VNNI static inline __m512i col_lanes(const int32_t *yb, int64_t at, int one) {
+  const int32_t *p = yb + at * 16;
+  return one ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)p))
+             : _mm512_loadu_si512((const void *)p);
+}
+
 LE_TARGET_VNNI static inline __attribute__((always_inline)) void
 tile_seq(const int RM, const int RN, const int SCALED, int64_t n, float *s, size_t bs,
          const void *vx, size_t bx, const void *vy, size_t by,
@@ -80,12 +88,10 @@ tile_seq(const int RM, const int RN, const int SCALED, int64_t n, float *s, size
                              : pair_scale(y0[i].d, y1[i].d);
         /* the scaled form reads the columns' bias terms (q8_0_col_lanes), the
          * same integers, instead of taking them again in every row's tile */
-        const __m256i *yb1 = (const __m256i *)(const void *)(yb + i * 16); /* one column */
         const __m512i bias =
             !SCALED ? _mm512_sub_epi32(_mm512_setzero_si512(),
                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), b128, yq))
-            : yss   ? _mm512_loadu_si512((const void *)(yb + (cp * yss + i) * 16))
-                    : _mm512_broadcast_i64x4(_mm256_loadu_si256(yb1));
+                    : col_lanes(yb, cp * yss + i, yss == 0);
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
           const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, xq[r], yq));
