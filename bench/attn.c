@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
     if (r >= 0) t[r] = now() - t0;
   }
   qsort(t, (size_t)reps, sizeof(double), cmp);
-  const double bytes = (double)LAYERS * 2 * D * NKV * head_bytes * (double)S;
+  const double bytes = (double)LAYERS * 2 * (double)live * NKV * head_bytes * (double)S;
   printf("%sdepth %lld threads %d: %.3f ms/token (min %.3f), %.1f GB/s of K and V\n", fa32 ? "fa32 " : fa ? "fa " : "", (long long)D,
          threads, t[reps / 2] * 1e3, t[0] * 1e3, bytes / t[reps / 2] / 1e9);
   le_ctx_free(ctx);
