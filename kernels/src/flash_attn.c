@@ -535,12 +535,13 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
       }
       return;
     }
+    /* a row's cells [0, nc): its stream's live ones where only a token per
+     * stream (the dots' rows are nc apart), found once per stream */
+    int64_t nc = s.nek1, nc3 = -1;
     for (int64_t ir = r0; ir < r1;) {
       const int64_t j = ir % s.rk2;
       const int64_t h = ir % s.neq2, iq3 = ir / s.neq2; /* one token: rows are (head, stream) */
-      /* a row's cells [0, nc): its stream's live ones where only a token
-       * per stream (the dots' rows are nc apart) */
-      const int64_t nc = rows ? fa_live_cells(n, &s, 0, iq3) : s.nek1;
+      if (rows && iq3 != nc3) nc = fa_live_cells(n, &s, 0, nc3 = iq3);
       if (rows && (ir == r0 || j == 0)) fa_split_dots(n, &s, rows, h - j, iq3, 0, nc, dots);
       if (heads && s.rk2 % gh == 0 && ir % gh == 0 && ir + gh <= r1) {
         fa_heads_rows(n, &s, heads, gh, h, iq3, nc, dots + j * nc, work,
