@@ -15,12 +15,17 @@
  * bench` has it.
  *
  *   deno task bench:paired --model FILE [--threads T] [--rounds 12] [--burst 8]
- *     [--depth 0] [--pp 0] [--flash-attn [--fa-f32]] [--fast] [--cache-type f16|f32|q8_0] [--json]
+ *     [--depth 0 [--self]] [--pp 0] [--flash-attn [--fa-f32]] [--fast]
+ *     [--cache-type f16|f32|q8_0] [--json]
  *
  * Without `--depth`, every burst starts from an empty context (tg-N as
  * `deno task bench` times it); with it, the context is filled once and each
  * burst adds its tokens (the depth grows by rounds x burst over the run, the
  * same for both). With `--pp`, each turn's prompt runs in an emptied context.
+ * `--self` pairs ours at `--depth` with ours at depth 0 (a second context
+ * on the same file, each burst from empty) instead of llama.cpp: the
+ * ratio is tg at depth over tg at depth 0, both seen by the same minutes
+ * of the machine (issue 16's depth line).
  *
  * @module
  */
@@ -50,6 +55,9 @@ const SPEC = {
       description: "ours with flashAttnPrecision f32 (needs --flash-attn)",
     }),
     fast: flag.boolean({ description: "ours with matmulOrder fast" }),
+    self: flag.boolean({
+      description: "ours at --depth against ours at depth 0, not llama.cpp (needs --depth)",
+    }),
     "cache-type": cacheTypeFlag(),
     json: flag.boolean({ description: "print the result as JSON" }),
   },
@@ -119,6 +127,7 @@ export function main(args: string[]): Promise<number> {
     if (a.pp && a.depth) {
       throw new UsageError("--pp times a prompt in an empty context: not with --depth");
     }
+    if (a.self && !a.depth) throw new UsageError("--self needs --depth");
     const batch = Math.max(a.pp, 256);
     // contextSize(spec) = depth + pp + tg + 16: room for every burst.
     const spec: Spec = {
@@ -134,10 +143,12 @@ export function main(args: string[]): Promise<number> {
     };
     const load0 = Deno.loadavg()[0];
     using ours = await openOurs(spec);
-    using llama = await openLlama(spec);
+    // the other side: llama.cpp, or (--self) ours again, from empty each burst
+    using llama = a.self ? await openOurs(spec) : await openLlama(spec);
+    const depthOf = (e: OpenEngine) => e === llama && a.self ? 0 : a.depth;
     for (const e of [ours, llama]) {
-      await fill(e, a.depth, batch);
-      await burst(e, a.burst, 9, a.depth === 0); // warm-up, untimed
+      await fill(e, depthOf(e), batch);
+      await burst(e, a.burst, 9, depthOf(e) === 0); // warm-up, untimed
     }
     const tg = { ours: [] as number[], llama: [] as number[] };
     const pp = { ours: [] as number[], llama: [] as number[] };
@@ -146,7 +157,7 @@ export function main(args: string[]): Promise<number> {
       for (const e of order) {
         const key = e === ours ? "ours" : "llama";
         if (a.pp) pp[key].push(await prompt(e, a.pp));
-        tg[key].push(await burst(e, a.burst, 100 + r, a.depth === 0));
+        tg[key].push(await burst(e, a.burst, 100 + r, depthOf(e) === 0));
       }
     }
     const res = {
@@ -155,6 +166,7 @@ export function main(args: string[]): Promise<number> {
       depth: a.depth,
       burst: a.burst,
       rounds: a.rounds,
+      self: a.self,
       llamaVariant: llama.variant,
       loadAvg: { before: load0, after: Deno.loadavg()[0] },
       tg: paired(tg.ours, tg.llama),
@@ -165,16 +177,18 @@ export function main(args: string[]): Promise<number> {
       return 0;
     }
     const name = a.model.split("/").pop();
+    const [us, them] = a.self ? [`ours at ${a.depth}`, "ours at 0"] : ["ours", "llama.cpp"];
     console.log(
       `${name}  threads=${a.threads}  depth=${a.depth}  ${a.rounds} rounds of ${a.burst} tokens` +
         (a["flash-attn"] ? "  flash-attn" : "") + (a["fa-f32"] ? " (ours: f32 precision)" : "") +
-        (a.fast ? "  (ours: matmulOrder fast)" : "") + `  llama.cpp cpu variant: ${llama.variant}`,
+        (a.fast ? "  (ours: matmulOrder fast)" : "") +
+        (a.self ? "  against ours at depth 0" : `  llama.cpp cpu variant: ${llama.variant}`),
     );
     const line = (what: string, p: Paired) =>
       console.log(
-        `  ${what}: ours/llama.cpp ${p.median.toFixed(3)} (rounds ${p.min.toFixed(3)}-` +
-          `${p.max.toFixed(3)}, ours faster in ${p.wins}/${p.ratios.length}); ms per token ` +
-          `ours ${median(p.ours).toFixed(3)}, llama.cpp ${median(p.llama).toFixed(3)}`,
+        `  ${what}: ${us}/${them} ${p.median.toFixed(3)} (rounds ${p.min.toFixed(3)}-` +
+          `${p.max.toFixed(3)}, ${us} faster in ${p.wins}/${p.ratios.length}); ms per token ` +
+          `${us} ${median(p.ours).toFixed(3)}, ${them} ${median(p.llama).toFixed(3)}`,
       );
     line("tg", res.tg);
     if (res.pp) line(`pp${a.pp}`, res.pp);
