@@ -290,6 +290,56 @@ for (const { level, name, has, kernel } of LEVELS) {
   });
 }
 
+// Threads split by K/V head where their count divides the heads': a head's
+// work is the same on any such thread count, so the bits are one thread's
+// (by cells, each thread count has its own chunks and merge).
+const THREAD_CASES: FaCase[] = [
+  { ...base, name: "heads 32/4 of 64", d: 64, nHead: 32, nHeadKv: 4, nKv: 1024, threads: 1 },
+  {
+    ...base,
+    name: "2 streams, heads 8/4 of 32, sparse",
+    d: 32,
+    nHead: 8,
+    nHeadKv: 4,
+    nKv: 300,
+    threads: 1,
+    streams: 2,
+    mask: "sparse",
+  },
+];
+
+for (const { level, name, has } of LEVELS.filter((l) => l.kernel)) {
+  const withQ8 = level === SimdLevel.AVX512 && vnni;
+  Deno.test({
+    name: `flash_attn_ext f32 at ${name}: 2 and 4 threads over 4 K/V heads give one thread's bits` +
+      ` (F16${withQ8 ? " and Q8_0" : ""})` + (has ? "" : ` [skipped: no ${name} on this CPU]`),
+    ignore: !has,
+    fn: async () => {
+      try {
+        assert.equal(lib.symbols.le_set_simd_level(level), level);
+        const cases = withQ8 ? [...THREAD_CASES, ...THREAD_CASES.map((c) => q8(c))] : THREAD_CASES;
+        for (const c of cases) {
+          const o = setup(c);
+          const at = async (threads: number) => {
+            using cpu = new CpuBackend({ threads, library: lib });
+            return new Uint32Array((await ours(cpu, o, true)).buffer);
+          };
+          const one = await at(1);
+          const def = await (async () => {
+            using cpu = new CpuBackend({ threads: 1, library: lib });
+            return new Uint32Array((await ours(cpu, o, false)).buffer);
+          })();
+          assert.notDeepEqual(one, def, `${c.name}: the f32 kernel ran`);
+          assert.deepEqual(await at(2), one, `${c.name}: 2 threads`);
+          assert.deepEqual(await at(4), one, `${c.name}: 4 threads`);
+        }
+      } finally {
+        lib.symbols.le_set_simd_level(oracleLevel);
+      }
+    },
+  });
+}
+
 // tolstoy-6m (heads of 32, 8 query heads over 4 K/V heads) after a
 // 700-token prompt, so that every decode step is split KV over >= 512
 // cells, with flashAttnPrecision "f32" against llama.cpp's flash attention

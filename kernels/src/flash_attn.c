@@ -78,7 +78,6 @@ static size_t fa_thread_bytes(const le_node *n) {
 
 static int fa_row_dots(const le_node *n);
 static int fa32_takes(const le_node *n);
-static int64_t fa_live_cells(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3);
 
 /* Bytes of the split path's partials, all threads (the f32 kernel: every
  * KV stream's, merged after one barrier). */
@@ -141,10 +140,19 @@ int le_flash_attn_split(const le_node *n) {
          k->ne[1] >= (f32 ? FA32_SPLIT_MIN_KV : FA_SPLIT_MIN_KV);
 }
 
+/* fa32_rows takes a decode step by head where the K/V heads split evenly. */
+int le_fa32_by_head(const le_node *n, int64_t nth) {
+  return fa32_takes(n) && n->src[0].ne[1] == 1 && nth > 1 && n->src[1].ne[2] % nth == 0;
+}
+
+int le_flash_attn_nth_bound(const le_node *n, int n_threads) {
+  return le_flash_attn_split(n) && !le_fa32_by_head(n, n_threads);
+}
+
 /* The cell loop's view of query row (iq1, iq2, iq3): its K and V heads,
  * mask row and slope, Q converted to K's vec_dot type (Q_q), and the row's
  * precomputed dots from cell dots0 (or NULL). */
-static le_fa_row fa_row_of(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq2,
+le_fa_row le_fa_row_of(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq2,
                            int64_t iq3, const void *Q_q, const float *dots, int64_t dots0) {
   const le_tensor *k = &n->src[1], *v = &n->src[2];
   return (le_fa_row){.DK = s->DK,
@@ -201,7 +209,7 @@ static void fa_one_row(const le_node *n, const fa_shape *s, int64_t ir, int64_t 
   else qt->from_float_act(pq, Q_q, DK);
 
   float S = 0.0f, M = -INFINITY;
-  const le_fa_row row = fa_row_of(n, s, iq1, iq2, iq3, Q_q, dots, ic0);
+  const le_fa_row row = le_fa_row_of(n, s, iq1, iq2, iq3, Q_q, dots, ic0);
   const le_fa_cells_fn cells = v_f16 && fa_use_avx2(s->fused) ? le_fa_cells_f16(DV) : NULL;
   if (cells) {
     cells(&row, ic0, ic1, VKQ16, &S, &M);
@@ -310,7 +318,7 @@ static void fa_rows_heads(const le_node *n, const fa_shape *s, le_fa_heads_fn he
   uint16_t *V16[4] = {0};
   float S[4], M[4];
   for (int j = 0; j < nh; j++) {
-    r[j] = fa_row_of(n, s, 0, h0 + j, iq3, NULL, dots + j * (ic1 - ic0), ic0);
+    r[j] = le_fa_row_of(n, s, 0, h0 + j, iq3, NULL, dots + j * (ic1 - ic0), ic0);
     V16[j] = vkq + j * s->DV;
     memset(V16[j], 0, (size_t)s->DV * 2);
     S[j] = 0.0f, M[j] = -INFINITY;
@@ -320,28 +328,6 @@ static void fa_rows_heads(const le_node *n, const fa_shape *s, le_fa_heads_fn he
     pt[j][0] = M[j], pt[j][1] = S[j];
     for (int64_t d = 0; d < s->DV; d++) pt[j][2 + d] = le_fp16_to_fp32(V16[j][d]);
   }
-}
-
-/* Every query head's partials of query row iq1 of stream iq3 by
- * le_fa32_heads (le_fa32_q8_heads over a Q8_0 cache) into the stream's
- * partials; scores: its scratch, the quantized Q after the scores. */
-static void fa32_all(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3, int64_t ic0,
-                     int64_t ic1, float *scores, float *partials, int64_t nth, int64_t ith) {
-  le_fa_row r[LE_FA32_MAX_HEADS];
-  float *pt[LE_FA32_MAX_HEADS];
-  const float *q[LE_FA32_MAX_HEADS];
-  for (int64_t h = 0; h < s->neq2; h++) {
-    r[h] = fa_row_of(n, s, iq1, h, iq3, NULL, NULL, ic0);
-    pt[h] = partials + (h * nth + ith) * (2 + s->DV);
-    q[h] = (const float *)fa_at(&n->src[0], iq1, h, iq3);
-  }
-  if (n->src[1].type == LE_TYPE_Q8_0) {
-    const int64_t chunk = (s->nek1 + nth - 1) / nth; /* the scratch's */
-    le_fa32_q8_heads(r, (int)s->neq2, (int)s->rk2, ic0, ic1, q, scores, scores + s->neq2 * chunk,
-                     pt);
-    return;
-  }
-  le_fa32_heads(r, (int)s->neq2, (int)s->rk2, ic0, ic1, q, scores, pt);
 }
 
 /* fa_one_row of query heads h0 .. h0+nh-1 (one query row, every cell) by
@@ -368,38 +354,45 @@ static void fa_heads_rows_q8(const le_node *n, const fa_shape *s, le_fa_heads32_
   for (int t = 0; t < nh; t++) {
     void *Q_q = qq + (size_t)t * (size_t)(s->DK * 2);
     qt->from_float_act((const float *)fa_at(&n->src[0], iq1, h0 + t, iq3), Q_q, s->DK);
-    r[t] = fa_row_of(n, s, iq1, h0 + t, iq3, Q_q, NULL, 0);
+    r[t] = le_fa_row_of(n, s, iq1, h0 + t, iq3, Q_q, NULL, 0);
     VKQ[t] = work + t * s->DV;
     memset(VKQ[t], 0, (size_t)s->DV * 4);
     S[t] = 0.0f, M[t] = -INFINITY;
   }
-  heads(r, 0, fa_live_cells(n, s, iq1, iq3), VKQ, S, M);
+  heads(r, 0, le_fa_live_cells(n, s, iq1, iq3), VKQ, S, M);
   for (int t = 0; t < nh; t++) fa_write_row(n, s->DV, iq1, h0 + t, iq3, VKQ[t], S[t]);
 }
 
-/* ggml_flash_attn_ext_reduce_partials of query row iq1 of stream iq3:
- * heads ith, ith + nth, ... A thread whose chunk held no cells wrote
- * (-inf, 0) partials, which S = 0 skips as it skips a wholly masked one. */
-static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_params *p,
-                      const float *partials, int64_t iq1, int64_t iq3, float *work) {
-  const int64_t DV = s->DV, nth = p->nth, psize = 2 + DV;
-  for (int64_t h = p->ith; h < s->neq2; h += nth) {
-    float Mf = -INFINITY, Sf = 0.0f;
-    float *VKQ = work;
-    memset(VKQ, 0, (size_t)DV * 4);
-    for (int64_t c = 0; c < nth; c++) {
-      const float *pt = partials + (h * nth + c) * psize;
-      const float Mc = pt[0], Sc = pt[1];
-      if (Sc == 0.0f) continue;
-      const float Mn = fmaxf(Mf, Mc);
-      const float so = expf(Mf - Mn), sn = expf(Mc - Mn);
-      for (int64_t d = 0; d < DV; d++) VKQ[d] = fa_fma(VKQ[d], so, pt[2 + d] * sn, s->fused);
-      Sf = fa_fma(Sf, so, Sc * sn, s->fused);
-      Mf = Mn;
-    }
-    if (Sf != 0.0f) fa_scale_f32(DV, VKQ, 1.0f / Sf);
-    memcpy(fa_dst_row(n, iq1, h, iq3), VKQ, (size_t)DV * 4);
+/* ggml_flash_attn_ext_reduce_partials of one head: its np partials
+ * (M, S, VKQ; psize floats apart) merged in order into its output row. A
+ * thread whose chunk held no cells wrote (-inf, 0) partials, which S = 0
+ * skips as it skips a wholly masked one. */
+void le_fa_merge(const le_node *n, const fa_shape *s, const float *pt0, int64_t np,
+                     int64_t iq1, int64_t h, int64_t iq3, float *work) {
+  const int64_t DV = s->DV, psize = 2 + DV;
+  float Mf = -INFINITY, Sf = 0.0f;
+  float *VKQ = work;
+  memset(VKQ, 0, (size_t)DV * 4);
+  for (int64_t c = 0; c < np; c++) {
+    const float *pt = pt0 + c * psize;
+    const float Mc = pt[0], Sc = pt[1];
+    if (Sc == 0.0f) continue;
+    const float Mn = fmaxf(Mf, Mc);
+    const float so = expf(Mf - Mn), sn = expf(Mc - Mn);
+    for (int64_t d = 0; d < DV; d++) VKQ[d] = fa_fma(VKQ[d], so, pt[2 + d] * sn, s->fused);
+    Sf = fa_fma(Sf, so, Sc * sn, s->fused);
+    Mf = Mn;
   }
+  if (Sf != 0.0f) fa_scale_f32(DV, VKQ, 1.0f / Sf);
+  memcpy(fa_dst_row(n, iq1, h, iq3), VKQ, (size_t)DV * 4);
+}
+
+/* The merges of query row iq1 of stream iq3: heads ith, ith + nth, ... */
+void le_fa_reduce(const le_node *n, const fa_shape *s, const le_compute_params *p,
+                      const float *partials, int64_t iq1, int64_t iq3, float *work) {
+  const int64_t nth = p->nth, psize = 2 + s->DV;
+  for (int64_t h = p->ith; h < s->neq2; h += nth)
+    le_fa_merge(n, s, partials + h * nth * psize, nth, iq1, h, iq3, work);
 }
 
 /* Cells of query row iq1 of stream iq3 up to its last one the mask leaves
@@ -409,43 +402,13 @@ static void fa_reduce(const le_node *n, const fa_shape *s, const le_compute_para
  * cell loop skips a masked cell before its dot, as ggml's does, so
  * stopping at the last live cell changes no bit. Only for a mask shared by
  * every head. */
-static int64_t fa_live_cells(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3) {
+int64_t le_fa_live_cells(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3) {
   const le_tensor *m = n->n_src > 3 && n->src[3].data ? &n->src[3] : NULL;
   int64_t len = s->nek1;
   if (!m || m->ne[2] != 1) return len;
   const uint16_t *mp = fa_mask_row(n, iq1, 0, iq3);
   while (len > 0 && mp[len - 1] == 0xfc00) len--;
   return len;
-}
-
-/* The f32 kernel over query rows one at a time: each row's cells split
- * over the threads, its partials merged before the next row takes them.
- * Streams (one per sequence of a batch) go side by side: every stream's
- * row iq1, then one barrier, then their merges. A stream's chunks are
- * those of a node of that stream alone, so a sequence gets the same bits
- * in a batch as alone. */
-static void fa32_rows(const le_node *n, const fa_shape *s, const le_compute_params *p,
-                      float *dots, float *partials, float *work) {
-  const int64_t nth = p->nth, psize = 2 + s->DV, stream = s->neq2 * nth * psize;
-  for (int64_t iq1 = 0; iq1 < s->N; iq1++) {
-    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++) {
-      const int64_t len = fa_live_cells(n, s, iq1, iq3), chunk = (len + nth - 1) / nth;
-      const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, len);
-      if (ic0 < len) {
-        fa32_all(n, s, iq1, iq3, ic0, ic1, dots, partials + iq3 * stream, nth, p->ith);
-        continue;
-      }
-      for (int64_t h = 0; h < s->neq2; h++) { /* a thread past the cells: partials that add nothing */
-        float *pt = partials + iq3 * stream + (h * nth + p->ith) * psize;
-        pt[0] = -INFINITY;
-        pt[1] = 0.0f;
-      }
-    }
-    if (nth > 1) le_barrier(p->ctx);
-    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++)
-      fa_reduce(n, s, p, partials + iq3 * stream, iq1, iq3, work);
-    if (nth > 1 && iq1 + 1 < s->N) le_barrier(p->ctx); /* the partials are taken again */
-  }
 }
 
 void le_flash_attn(const le_node *n, const le_compute_params *p) {
@@ -459,7 +422,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
     float *partials = (float *)((char *)p->wdata + tb * (size_t)nth);
     /* ggml's chunks (the merge's bits depend on them), each cut at the
      * row's last live cell: a chunk past it adds nothing either way */
-    const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, fa_live_cells(n, &s, 0, 0));
+    const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, le_fa_live_cells(n, &s, 0, 0));
     const le_f16_rows_fn rows = fa_dots_fn(n, &s);
     float *scratch = (float *)((char *)partials + fa_partials_bytes(n, p->nth)) +
                      fa_dots_floats(n, p->nth) * (size_t)p->ith;
@@ -475,7 +438,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
     /* a thread past the cells: partials that add nothing; the f32 kernel:
      * every head at once (flash_attn_f32.c) */
     if (fa32_takes(n)) {
-      fa32_rows(n, &s, p, dots, partials, work);
+      le_fa32_rows(n, &s, p, dots, partials, work);
       return;
     }
     const int none = ic0 >= ic1;
@@ -497,7 +460,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
       }
     }
     if (nth > 1) le_barrier(p->ctx);
-    fa_reduce(n, &s, p, partials, 0, 0, work);
+    le_fa_reduce(n, &s, p, partials, 0, 0, work);
     return;
   }
 
@@ -541,7 +504,7 @@ void le_flash_attn(const le_node *n, const le_compute_params *p) {
     for (int64_t ir = r0; ir < r1;) {
       const int64_t j = ir % s.rk2;
       const int64_t h = ir % s.neq2, iq3 = ir / s.neq2; /* one token: rows are (head, stream) */
-      if (rows && iq3 != nc3) nc = fa_live_cells(n, &s, 0, nc3 = iq3);
+      if (rows && iq3 != nc3) nc = le_fa_live_cells(n, &s, 0, nc3 = iq3);
       if (rows && (ir == r0 || j == 0)) fa_split_dots(n, &s, rows, h - j, iq3, 0, nc, dots);
       if (heads && s.rk2 % gh == 0 && ir % gh == 0 && ir + gh <= r1) {
         fa_heads_rows(n, &s, heads, gh, h, iq3, nc, dots + j * nc, work,

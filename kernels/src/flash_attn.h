@@ -164,6 +164,26 @@ int le_fa32_ok(int64_t DK, int64_t DV, int64_t heads);
 void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
                    const float *const *q, float *scores, float *const *pt);
 
+/* flash_attn.c's pieces the f32 path's rows (flash_attn_f32.c) share:
+ * the cell loop's view of query row (iq1, iq2, iq3); a row's cells up to
+ * its last live one; one head's np partials merged into its output row
+ * (ggml_flash_attn_ext_reduce_partials), and every head's of a row split
+ * over the threads (heads ith, ith + nth, ...). */
+le_fa_row le_fa_row_of(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq2, int64_t iq3,
+                       const void *Q_q, const float *dots, int64_t dots0);
+int64_t le_fa_live_cells(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3);
+void le_fa_merge(const le_node *n, const fa_shape *s, const float *pt0, int64_t np, int64_t iq1,
+                 int64_t h, int64_t iq3, float *work);
+void le_fa_reduce(const le_node *n, const fa_shape *s, const le_compute_params *p,
+                  const float *partials, int64_t iq1, int64_t iq3, float *work);
+/* Whether the f32 kernel takes a decode step by K/V head on nth threads. */
+int le_fa32_by_head(const le_node *n, int64_t nth);
+/* The f32 kernel's split-KV node (flash_attn_f32.c): by K/V head, or its
+ * rows one at a time with the cells split over the threads; dots: this
+ * thread's scratch, partials: every thread's, work: DV floats. */
+void le_fa32_rows(const le_node *n, const fa_shape *s, const le_compute_params *p, float *dots,
+                  float *partials, float *work);
+
 /* flash_attn_f32.c's last steps, shared with flash_attn_q8.c: each head's
  * scores s[j] (nc cells from ic0) scaled, masked and exponentiated in place
  * (the chunk's maximum and sum into pt[j][0..1]), and its VKQ zeroed. */

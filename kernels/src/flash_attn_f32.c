@@ -21,7 +21,10 @@
  * the cache is read one head at a time, 128 B of each 512 B cell, which the
  * hardware prefetcher does not follow.
  *
- * The chunks' partials (M, S, VKQ) are merged as in the default path. */
+ * Threads split the step by K/V head where those split evenly (each head
+ * then over every live cell, one thread's bits at any such thread count:
+ * le_fa32_rows), else by cells, the chunks' partials (M, S, VKQ) merged as
+ * in the default path. */
 #include "flash_attn.h"
 #include "reduce512.h"
 #include "vexp.h"
@@ -399,3 +402,112 @@ void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
   (void)r, (void)nh, (void)g, (void)ic0, (void)ic1, (void)q, (void)scores, (void)pt;
 }
 #endif
+
+/* ---- the node's rows and threads (any level: le_fa32_heads runs only
+ * where le_fa32_ok held, flash_attn.c fa32_takes) ---- */
+
+/* Every query head's partials of query row iq1 of stream iq3 by
+ * le_fa32_heads (le_fa32_q8_heads over a Q8_0 cache) into the stream's
+ * partials; scores: its scratch, the quantized Q after the scores. */
+static void fa32_all(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3, int64_t ic0,
+                     int64_t ic1, float *scores, float *partials, int64_t nth, int64_t ith) {
+  le_fa_row r[LE_FA32_MAX_HEADS];
+  float *pt[LE_FA32_MAX_HEADS];
+  const float *q[LE_FA32_MAX_HEADS];
+  for (int64_t h = 0; h < s->neq2; h++) {
+    r[h] = le_fa_row_of(n, s, iq1, h, iq3, NULL, NULL, ic0);
+    pt[h] = partials + (h * nth + ith) * (2 + s->DV);
+    q[h] = (const float *)fa_at(&n->src[0], iq1, h, iq3);
+  }
+  if (n->src[1].type == LE_TYPE_Q8_0) {
+    const int64_t chunk = (s->nek1 + nth - 1) / nth; /* the scratch's */
+    le_fa32_q8_heads(r, (int)s->neq2, (int)s->rk2, ic0, ic1, q, scores, scores + s->neq2 * chunk,
+                     pt);
+    return;
+  }
+  le_fa32_heads(r, (int)s->neq2, (int)s->rk2, ic0, ic1, q, scores, pt);
+}
+
+/* fa32_all for query heads [h0, h0 + nh) (whole groups) over cells
+ * [0, len): the scratch holds nh * len scores where fa32_all's holds
+ * neq2 * chunk, the same when nh = neq2 / nth (chunk: cells / nth). */
+static void fa32_heads_range(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3,
+                             int64_t h0, int64_t nh, int64_t len, float *scores,
+                             float *partials, int64_t nth, int64_t ith) {
+  le_fa_row r[LE_FA32_MAX_HEADS];
+  float *pt[LE_FA32_MAX_HEADS];
+  const float *q[LE_FA32_MAX_HEADS];
+  for (int64_t j = 0; j < nh; j++) {
+    r[j] = le_fa_row_of(n, s, iq1, h0 + j, iq3, NULL, NULL, 0);
+    pt[j] = partials + ((h0 + j) * nth + ith) * (2 + s->DV);
+    q[j] = (const float *)fa_at(&n->src[0], iq1, h0 + j, iq3);
+  }
+  if (n->src[1].type == LE_TYPE_Q8_0) {
+    const int64_t chunk = (s->nek1 + nth - 1) / nth; /* the scratch's */
+    le_fa32_q8_heads(r, (int)nh, (int)s->rk2, 0, len, q, scores, scores + s->neq2 * chunk, pt);
+    return;
+  }
+  le_fa32_heads(r, (int)nh, (int)s->rk2, 0, len, q, scores, pt);
+}
+
+/* The f32 kernel's decode step with the threads split by K/V head (their
+ * count a multiple of the threads'): each thread takes whole groups of
+ * query heads over every live cell of the row, and merges its one partial
+ * per head as a single thread would (fa_merge of one). No barrier and no
+ * merge across threads, and the same bits at every such thread count as
+ * at one: a head's work is the same calls on the same cells wherever it
+ * runs. (A prompt's rows over a Q8_0 cache keep the cells split: one
+ * chunk per row is as accurate as ggml's f32 order there, not better.)
+ * Zen 4, 2 threads, bench/attn.c at depth 2048 with TinyLlama's heads
+ * (32 over 4, 22 layers): 4.65-4.88 -> 4.23-4.34 ms per token out of
+ * cache; over Q8_0 in cache 3.39 -> 2.45 ms. */
+static void fa32_rows_by_head(const le_node *n, const fa_shape *s, const le_compute_params *p,
+                              float *dots, float *partials, float *work) {
+  const int64_t nth = p->nth, psize = 2 + s->DV, stream = s->neq2 * nth * psize;
+  const int64_t per = s->neq2 / nth, h0 = p->ith * per; /* whole groups: rk2 divides per */
+  for (int64_t iq1 = 0; iq1 < s->N; iq1++)
+    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++) {
+      const int64_t len = le_fa_live_cells(n, s, iq1, iq3);
+      float *pts = partials + iq3 * stream;
+      if (len > 0) fa32_heads_range(n, s, iq1, iq3, h0, per, len, dots, pts, nth, p->ith);
+      for (int64_t h = h0; h < h0 + per; h++) {
+        float *pt = pts + (h * nth + p->ith) * psize;
+        if (len == 0) pt[0] = -INFINITY, pt[1] = 0.0f;
+        le_fa_merge(n, s, pt, 1, iq1, h, iq3, work);
+      }
+    }
+}
+
+/* The f32 kernel over query rows one at a time: each row's cells split
+ * over the threads, its partials merged before the next row takes them.
+ * Streams (one per sequence of a batch) go side by side: every stream's
+ * row iq1, then one barrier, then their merges. A stream's chunks are
+ * those of a node of that stream alone, so a sequence gets the same bits
+ * in a batch as alone. */
+void le_fa32_rows(const le_node *n, const fa_shape *s, const le_compute_params *p, float *dots,
+                  float *partials, float *work) {
+  const int64_t nth = p->nth, psize = 2 + s->DV, stream = s->neq2 * nth * psize;
+  if (le_fa32_by_head(n, nth)) {
+    fa32_rows_by_head(n, s, p, dots, partials, work);
+    return;
+  }
+  for (int64_t iq1 = 0; iq1 < s->N; iq1++) {
+    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++) {
+      const int64_t len = le_fa_live_cells(n, s, iq1, iq3), chunk = (len + nth - 1) / nth;
+      const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, len);
+      if (ic0 < len) {
+        fa32_all(n, s, iq1, iq3, ic0, ic1, dots, partials + iq3 * stream, nth, p->ith);
+        continue;
+      }
+      for (int64_t h = 0; h < s->neq2; h++) { /* a thread past the cells: partials that add nothing */
+        float *pt = partials + iq3 * stream + (h * nth + p->ith) * psize;
+        pt[0] = -INFINITY;
+        pt[1] = 0.0f;
+      }
+    }
+    if (nth > 1) le_barrier(p->ctx);
+    for (int64_t iq3 = 0; iq3 < s->neq3; iq3++)
+      le_fa_reduce(n, s, p, partials + iq3 * stream, iq1, iq3, work);
+    if (nth > 1 && iq1 + 1 < s->N) le_barrier(p->ctx); /* the partials are taken again */
+  }
+}

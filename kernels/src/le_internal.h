@@ -230,6 +230,10 @@ void le_flash_attn(const le_node *node, const le_compute_params *p);
 size_t le_flash_attn_wsize(const le_node *node, int n_threads);
 /* Whether FLASH_ATTN_EXT takes ggml's split-KV path (needs every thread). */
 int le_flash_attn_split(const le_node *node);
+/* Whether a FLASH_ATTN_EXT node's values depend on the thread count
+ * (n_threads against one): ggml's split KV, unless the f32 kernel splits
+ * it by K/V head (flash_attn.c fa32_rows_by_head). */
+int le_flash_attn_nth_bound(const le_node *node, int n_threads);
 /* mmap_drop.c: the live le_mmap_file mappings (le_mmap_drop acts only inside them) */
 void le_maps_add(const void *base, uint64_t size);
 void le_maps_forget(const void *base, uint64_t size);

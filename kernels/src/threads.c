@@ -464,7 +464,8 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   size_t need = 0;
   int fixed_nth = 0; /* a node whose values depend on the thread count */
   for (int i = 0; i < n_nodes; i++) {
-    fixed_nth |= nodes[i].op == LE_OP_FLASH_ATTN_EXT && le_flash_attn_split(&nodes[i]);
+    fixed_nth |= nodes[i].op == LE_OP_FLASH_ATTN_EXT &&
+                 le_flash_attn_nth_bound(&nodes[i], ctx->n_threads);
     if (le_node_check(&nodes[i]) != 0) {
       char msg[400];
       snprintf(msg, sizeof msg, "%s", le_last_error());
