@@ -78,10 +78,18 @@ typedef struct le_chunk {
 /* The counter of the node this thread is computing (nodes overlap without barriers). */
 static __thread le_chunk *le_cur_chunk;
 
+#if defined(__linux__) && !defined(__wasm__)
+#define LE_CPU_AFFINITY 1 /* le_leave_cpu0 */
+#endif
+
 typedef struct le_worker {
   le_ctx *ctx;
   int ith;
   pthread_t tid;
+#if defined(LE_CPU_AFFINITY)
+  cpu_set_t allowed; /* the CPUs the thread may run on, as it started */
+  int moved;         /* it left thread 0's CPU for this compute */
+#endif
 } le_worker;
 
 struct le_ctx {
@@ -114,6 +122,7 @@ struct le_ctx {
    * write, and the chunk loop's reads of `cancel` with both. */
   atomic_int job_gen;
   atomic_int stop;
+  atomic_int cpu0; /* the CPU thread 0 started this compute on (-1: unknown) */
   char pad0[64];
   atomic_int bar_count;
   char pad1[64];
@@ -301,6 +310,39 @@ static void le_run_nodes(le_ctx *ctx, int ith) {
   if (prof && ctx->n_nodes) le_prof_add(ctx, ctx->n_nodes - 1, le_now_ns() - t0, 0);
 }
 
+/* A worker that finds itself on the CPU thread 0 started the compute on
+ * leaves it for the compute. Thread 0 is whatever thread called: under
+ * Deno's nonblocking FFI, one of a pool of runtime threads taking turns,
+ * each woken where the scheduler likes, often on the CPU where this worker
+ * is polling for work. Both then share one CPU until the kernel's load
+ * balancing moves one, milliseconds later: on a 2-core VM a quarter of a
+ * 16-sequence decode loop ran so (perf samples of tolstoy-6m, the worker
+ * and the caller alone on one CPU), and le_adapt fell back to one thread
+ * for a third of the steps. Only the worker's own affinity changes, within
+ * the CPUs it was allowed, and it is restored after the compute. */
+static void le_leave_cpu0(le_worker *w) {
+#if defined(LE_CPU_AFFINITY)
+  const int c0 = atomic_load_explicit(&w->ctx->cpu0, memory_order_relaxed);
+  if (c0 < 0 || c0 >= CPU_SETSIZE || sched_getcpu() != c0 || !CPU_ISSET(c0, &w->allowed) ||
+      CPU_COUNT(&w->allowed) < 2)
+    return;
+  cpu_set_t others = w->allowed;
+  CPU_CLR(c0, &others);
+  w->moved = sched_setaffinity(0, sizeof others, &others) == 0;
+#else
+  (void)w;
+#endif
+}
+
+static void le_back_to_all_cpus(le_worker *w) {
+#if defined(LE_CPU_AFFINITY)
+  if (w->moved) sched_setaffinity(0, sizeof w->allowed, &w->allowed);
+  w->moved = 0;
+#else
+  (void)w;
+#endif
+}
+
 static void *le_worker_main(void *arg) {
   le_worker *w = arg;
   le_ctx *ctx = w->ctx;
@@ -310,11 +352,16 @@ static void *le_worker_main(void *arg) {
    * runtime's threads (which would otherwise share the main thread's name). */
   pthread_setname_np(pthread_self(), "le-worker");
 #endif
+#if defined(LE_CPU_AFFINITY)
+  if (sched_getaffinity(0, sizeof w->allowed, &w->allowed) != 0) CPU_ZERO(&w->allowed);
+#endif
   for (;;) {
     le_wait_change_poll(ctx, &ctx->job_gen, seen, LE_POLL_NS);
     seen = atomic_load(&ctx->job_gen);
     if (atomic_load(&ctx->stop)) break;
+    le_leave_cpu0(w);
     le_run_nodes(ctx, w->ith);
+    le_back_to_all_cpus(w);
   }
   return NULL;
 }
@@ -337,6 +384,7 @@ le_ctx *le_ctx_new(int32_t n_threads) {
   }
   ctx->n_threads = n_threads;
   ctx->nth_run = n_threads;
+  atomic_store(&ctx->cpu0, -1);
   const char *prof = getenv("LE_PROFILE");
   const char *solo = getenv("LE_SOLO");
   ctx->force_solo = solo && solo[0] == '1';
@@ -539,6 +587,9 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   const double t_run = judge || solo_run ? le_now_ns() : 0;
   le_slow_ns = 0;
   if (ctx->nth_run > 1) {
+#if defined(LE_CPU_AFFINITY)
+    atomic_store_explicit(&ctx->cpu0, sched_getcpu(), memory_order_relaxed); /* le_leave_cpu0 */
+#endif
     atomic_fetch_add(&ctx->job_gen, 1);
     le_notify(ctx);
   }
