@@ -323,8 +323,10 @@ static void le_run_nodes(le_ctx *ctx, int ith) {
 static void le_leave_cpu0(le_worker *w) {
 #if defined(LE_CPU_AFFINITY)
   const int c0 = atomic_load_explicit(&w->ctx->cpu0, memory_order_relaxed);
+  /* not with more threads than CPUs: there the kernel's balancing of all
+   * of them beats keeping every worker off one CPU */
   if (c0 < 0 || c0 >= CPU_SETSIZE || sched_getcpu() != c0 || !CPU_ISSET(c0, &w->allowed) ||
-      CPU_COUNT(&w->allowed) < 2)
+      CPU_COUNT(&w->allowed) < w->ctx->n_threads)
     return;
   cpu_set_t others = w->allowed;
   CPU_CLR(c0, &others);
