@@ -406,48 +406,29 @@ void le_fa32_heads(const le_fa_row *r, int nh, int g, int64_t ic0, int64_t ic1,
 /* ---- the node's rows and threads (any level: le_fa32_heads runs only
  * where le_fa32_ok held, flash_attn.c fa32_takes) ---- */
 
-/* Every query head's partials of query row iq1 of stream iq3 by
- * le_fa32_heads (le_fa32_q8_heads over a Q8_0 cache) into the stream's
- * partials; scores: its scratch, the quantized Q after the scores. */
-static void fa32_all(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3, int64_t ic0,
-                     int64_t ic1, float *scores, float *partials, int64_t nth, int64_t ith) {
-  le_fa_row r[LE_FA32_MAX_HEADS];
-  float *pt[LE_FA32_MAX_HEADS];
-  const float *q[LE_FA32_MAX_HEADS];
-  for (int64_t h = 0; h < s->neq2; h++) {
-    r[h] = le_fa_row_of(n, s, iq1, h, iq3, NULL, NULL, ic0);
-    pt[h] = partials + (h * nth + ith) * (2 + s->DV);
-    q[h] = (const float *)fa_at(&n->src[0], iq1, h, iq3);
-  }
-  if (n->src[1].type == LE_TYPE_Q8_0) {
-    const int64_t chunk = (s->nek1 + nth - 1) / nth; /* the scratch's */
-    le_fa32_q8_heads(r, (int)s->neq2, (int)s->rk2, ic0, ic1, q, scores, scores + s->neq2 * chunk,
-                     pt);
-    return;
-  }
-  le_fa32_heads(r, (int)s->neq2, (int)s->rk2, ic0, ic1, q, scores, pt);
-}
-
-/* fa32_all for query heads [h0, h0 + nh) (whole groups) over cells
- * [0, len): the scratch holds nh * len scores where fa32_all's holds
- * neq2 * chunk, the same when nh = neq2 / nth (chunk: cells / nth). */
-static void fa32_heads_range(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3,
-                             int64_t h0, int64_t nh, int64_t len, float *scores,
-                             float *partials, int64_t nth, int64_t ith) {
+/* The partials of query heads [h0, h0 + nh) (whole groups) of query row
+ * iq1 of stream iq3 over cells [ic0, ic1), by le_fa32_heads
+ * (le_fa32_q8_heads over a Q8_0 cache), into the stream's partials;
+ * scores: this thread's scratch (room for neq2 * chunk scores, chunk the
+ * cells / nth, which holds nh * (ic1 - ic0) for either split), the
+ * quantized Q after them. */
+static void fa32_heads(const le_node *n, const fa_shape *s, int64_t iq1, int64_t iq3, int64_t h0,
+                       int64_t nh, int64_t ic0, int64_t ic1, float *scores, float *partials,
+                       int64_t nth, int64_t ith) {
   le_fa_row r[LE_FA32_MAX_HEADS];
   float *pt[LE_FA32_MAX_HEADS];
   const float *q[LE_FA32_MAX_HEADS];
   for (int64_t j = 0; j < nh; j++) {
-    r[j] = le_fa_row_of(n, s, iq1, h0 + j, iq3, NULL, NULL, 0);
+    r[j] = le_fa_row_of(n, s, iq1, h0 + j, iq3, NULL, NULL, ic0);
     pt[j] = partials + ((h0 + j) * nth + ith) * (2 + s->DV);
     q[j] = (const float *)fa_at(&n->src[0], iq1, h0 + j, iq3);
   }
   if (n->src[1].type == LE_TYPE_Q8_0) {
     const int64_t chunk = (s->nek1 + nth - 1) / nth; /* the scratch's */
-    le_fa32_q8_heads(r, (int)nh, (int)s->rk2, 0, len, q, scores, scores + s->neq2 * chunk, pt);
+    le_fa32_q8_heads(r, (int)nh, (int)s->rk2, ic0, ic1, q, scores, scores + s->neq2 * chunk, pt);
     return;
   }
-  le_fa32_heads(r, (int)nh, (int)s->rk2, 0, len, q, scores, pt);
+  le_fa32_heads(r, (int)nh, (int)s->rk2, ic0, ic1, q, scores, pt);
 }
 
 /* The f32 kernel's decode step with the threads split by K/V head (their
@@ -469,7 +450,7 @@ static void fa32_rows_by_head(const le_node *n, const fa_shape *s, const le_comp
     for (int64_t iq3 = 0; iq3 < s->neq3; iq3++) {
       const int64_t len = le_fa_live_cells(n, s, iq1, iq3);
       float *pts = partials + iq3 * stream;
-      if (len > 0) fa32_heads_range(n, s, iq1, iq3, h0, per, len, dots, pts, nth, p->ith);
+      if (len > 0) fa32_heads(n, s, iq1, iq3, h0, per, 0, len, dots, pts, nth, p->ith);
       for (int64_t h = h0; h < h0 + per; h++) {
         float *pt = pts + (h * nth + p->ith) * psize;
         if (len == 0) pt[0] = -INFINITY, pt[1] = 0.0f;
@@ -496,7 +477,8 @@ void le_fa32_rows(const le_node *n, const fa_shape *s, const le_compute_params *
       const int64_t len = le_fa_live_cells(n, s, iq1, iq3), chunk = (len + nth - 1) / nth;
       const int64_t ic0 = p->ith * chunk, ic1 = LE_MIN(ic0 + chunk, len);
       if (ic0 < len) {
-        fa32_all(n, s, iq1, iq3, ic0, ic1, dots, partials + iq3 * stream, nth, p->ith);
+        fa32_heads(n, s, iq1, iq3, 0, s->neq2, ic0, ic1, dots, partials + iq3 * stream, nth,
+                   p->ith);
         continue;
       }
       for (int64_t h = 0; h < s->neq2; h++) { /* a thread past the cells: partials that add nothing */

@@ -22,6 +22,7 @@
  * between chunks of a node (le_next_chunk hands out no more work, so a long
  * mul_mat ends after the chunks already taken). */
 #define _GNU_SOURCE
+#include "le_cpus.h"
 #include "le_internal.h"
 #include "le_sched.h"
 
@@ -78,18 +79,11 @@ typedef struct le_chunk {
 /* The counter of the node this thread is computing (nodes overlap without barriers). */
 static __thread le_chunk *le_cur_chunk;
 
-#if defined(__linux__) && !defined(__wasm__)
-#define LE_CPU_AFFINITY 1 /* le_leave_cpu0 */
-#endif
-
 typedef struct le_worker {
   le_ctx *ctx;
   int ith;
   pthread_t tid;
-#if defined(LE_CPU_AFFINITY)
-  cpu_set_t allowed; /* the CPUs the thread may run on, as it started */
-  int moved;         /* it left thread 0's CPU for this compute */
-#endif
+  le_cpus cpus; /* where it may run (cpus.c) */
 } le_worker;
 
 struct le_ctx {
@@ -310,41 +304,6 @@ static void le_run_nodes(le_ctx *ctx, int ith) {
   if (prof && ctx->n_nodes) le_prof_add(ctx, ctx->n_nodes - 1, le_now_ns() - t0, 0);
 }
 
-/* A worker that finds itself on the CPU thread 0 started the compute on
- * leaves it for the compute. Thread 0 is whatever thread called: under
- * Deno's nonblocking FFI, one of a pool of runtime threads taking turns,
- * each woken where the scheduler likes, often on the CPU where this worker
- * is polling for work. Both then share one CPU until the kernel's load
- * balancing moves one, milliseconds later: on a 2-core VM a quarter of a
- * 16-sequence decode loop ran so (perf samples of tolstoy-6m, the worker
- * and the caller alone on one CPU), and le_adapt fell back to one thread
- * for a third of the steps. Only the worker's own affinity changes, within
- * the CPUs it was allowed, and it is restored after the compute. */
-static void le_leave_cpu0(le_worker *w) {
-#if defined(LE_CPU_AFFINITY)
-  const int c0 = atomic_load_explicit(&w->ctx->cpu0, memory_order_relaxed);
-  /* not with more threads than CPUs: there the kernel's balancing of all
-   * of them beats keeping every worker off one CPU */
-  if (c0 < 0 || c0 >= CPU_SETSIZE || sched_getcpu() != c0 || !CPU_ISSET(c0, &w->allowed) ||
-      CPU_COUNT(&w->allowed) < w->ctx->n_threads)
-    return;
-  cpu_set_t others = w->allowed;
-  CPU_CLR(c0, &others);
-  w->moved = sched_setaffinity(0, sizeof others, &others) == 0;
-#else
-  (void)w;
-#endif
-}
-
-static void le_back_to_all_cpus(le_worker *w) {
-#if defined(LE_CPU_AFFINITY)
-  if (w->moved) sched_setaffinity(0, sizeof w->allowed, &w->allowed);
-  w->moved = 0;
-#else
-  (void)w;
-#endif
-}
-
 static void *le_worker_main(void *arg) {
   le_worker *w = arg;
   le_ctx *ctx = w->ctx;
@@ -354,16 +313,15 @@ static void *le_worker_main(void *arg) {
    * runtime's threads (which would otherwise share the main thread's name). */
   pthread_setname_np(pthread_self(), "le-worker");
 #endif
-#if defined(LE_CPU_AFFINITY)
-  if (sched_getaffinity(0, sizeof w->allowed, &w->allowed) != 0) CPU_ZERO(&w->allowed);
-#endif
+  le_cpus_init(&w->cpus);
   for (;;) {
     le_wait_change_poll(ctx, &ctx->job_gen, seen, LE_POLL_NS);
     seen = atomic_load(&ctx->job_gen);
     if (atomic_load(&ctx->stop)) break;
-    le_leave_cpu0(w);
+    /* off the CPU the caller started on (cpus.c) */
+    le_cpus_leave(&w->cpus, atomic_load_explicit(&ctx->cpu0, memory_order_relaxed), ctx->n_threads);
     le_run_nodes(ctx, w->ith);
-    le_back_to_all_cpus(w);
+    le_cpus_back(&w->cpus);
   }
   return NULL;
 }
@@ -589,9 +547,7 @@ static int32_t le_graph_compute_impl(le_ctx *ctx, const le_node *nodes, int32_t 
   const double t_run = judge || solo_run ? le_now_ns() : 0;
   le_slow_ns = 0;
   if (ctx->nth_run > 1) {
-#if defined(LE_CPU_AFFINITY)
-    atomic_store_explicit(&ctx->cpu0, sched_getcpu(), memory_order_relaxed); /* le_leave_cpu0 */
-#endif
+    atomic_store_explicit(&ctx->cpu0, le_cpu_now(), memory_order_relaxed); /* le_cpus_leave */
     atomic_fetch_add(&ctx->job_gen, 1);
     le_notify(ctx);
   }
