@@ -1,6 +1,6 @@
 // A pool worker that finds itself on the CPU the calling thread started a
 // compute on leaves that CPU for the compute (kernels/src/threads.c,
-// le_leave_cpu0), and must get every CPU it had back afterwards: a worker
+// kernels/src/cpus.c), and must get every CPU it had back afterwards: a worker
 // left pinned would keep a later compute off a free core. The logits must
 // not change either (which thread computes what never changes a value).
 import assert from "node:assert/strict";
