@@ -397,20 +397,23 @@ export class Vocab {
       ids[name] = first(texts);
       if (ids[name] !== -1) mark(ids[name]);
     }
-    for (const [text, id] of byText) {
+    // forEach, not for-of: the entries' [text, id] pairs of a 32k-token
+    // vocabulary were ~9 MB of garbage at load, enough to grow V8's young
+    // generation for the rest of the process (peak RSS).
+    byText.forEach((id, text) => {
       if ((attrs[id] & TokenAttr.CONTROL) && text.includes("unused")) {
         attrs[id] |= TokenAttr.UNUSED;
       }
-    }
+    });
     for (const k of ["fim_pad", "fim_rep", "fim_sep"] as const) {
       if (ids[k] !== -1) this.eog.add(ids[k]);
     }
-    for (const [text, id] of byText) {
+    byText.forEach((id, text) => {
       if (EOG_TEXTS.has(text)) {
         this.eog.add(id);
         mark(id);
       }
-    }
+    });
     for (const t of ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"]) {
       const id = byText.get(t);
       if (id !== undefined) attrs[id] = TokenAttr.USER_DEFINED;
