@@ -6,14 +6,16 @@ import assert from "node:assert/strict";
 import { TokenCandidates } from "../lib/sample/candidates.ts";
 import { mulberry32 } from "./rng.ts";
 
-// The float's order as an unsigned int: -NaN lowest, -0 just below +0, +NaN highest.
-function orderBits(x: number): number {
-  const b = new Uint32Array(Float32Array.of(x).buffer)[0];
+// The float's order as an unsigned int, from its bits: -NaN lowest, -0 just
+// below +0, +NaN highest. Written again here (candidates.ts keeps its own
+// private) so the reference does not rest on the code it checks.
+function orderBits(b: number): number {
   return b & 0x80000000 ? ~b >>> 0 : (b | 0x80000000) >>> 0;
 }
 
 function reference(logits: Float32Array, k: number): number[] {
-  const keys = Array.from(logits, (x, i) => [orderBits(x), i] as const);
+  const bits = new Uint32Array(logits.buffer, logits.byteOffset, logits.length);
+  const keys = Array.from(bits, (b, i) => [orderBits(b), i] as const);
   keys.sort((a, b) => b[0] - a[0] || a[1] - b[1]);
   return keys.slice(0, k).map(([, i]) => i);
 }
